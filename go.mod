@@ -1,0 +1,3 @@
+module github.com/unitlet/unitlet
+
+go 1.26
