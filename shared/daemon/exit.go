@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+)
+
+// Exit codes of every unitlet binary. systemd units set RestartPreventExitStatus=2: a bad
+// configuration is not fixed by restarting.
+const (
+	ExitOK        = 0
+	ExitFailure   = 1
+	ExitBadConfig = 2
+)
+
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// ConfigError marks err as the user's configuration being wrong: the process exits with
+// ExitBadConfig.
+func ConfigError(err error) error {
+	if err == nil || IsConfigError(err) {
+		return err
+	}
+	return configError{err}
+}
+
+// IsConfigError reports whether err, or an error it wraps, came from ConfigError.
+func IsConfigError(err error) bool {
+	var ce configError
+	return errors.As(err, &ce)
+}
+
+// ExitCode maps the error a service's Run returned to the process's exit code. A stop
+// through cancellation is a clean exit.
+func ExitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return ExitOK
+	case IsConfigError(err):
+		return ExitBadConfig
+	default:
+		return ExitFailure
+	}
+}

@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// sdNotify sends state to systemd when NOTIFY_SOCKET is set. Failing to notify is logged by
+// nobody and never fatal: without systemd there is nobody to tell.
+func sdNotify(state string) { _, _ = sddaemon.SdNotify(false, state) }
+
+// watchHealth runs the health check periodically: it sets the gRPC health status and, when
+// systemd asks for a watchdog (WATCHDOG_USEC), sends WATCHDOG=1 every half interval, but only
+// while the check passes, so that systemd restarts a service that is alive but not well.
+func (d *Daemon) watchHealth(ctx context.Context) error {
+	period := d.healthPeriod
+	watchdog, err := sddaemon.SdWatchdogEnabled(false)
+	if err != nil {
+		d.log.Warn("ignoring the watchdog settings", "err", err)
+	}
+	if watchdog > 0 {
+		period = watchdog / 2
+		d.log.Info("watchdog enabled", "interval", watchdog)
+	}
+	timeout := max(period/2, 10*time.Millisecond)
+	healthy := true
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := d.healthCheck(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err == nil && !healthy:
+			d.log.Info("healthy again")
+		case err != nil && healthy:
+			d.log.Warn("health check failing; not feeding the watchdog", "err", err)
+		}
+		healthy = err == nil
+		d.setServing(healthy)
+		if healthy && watchdog > 0 {
+			d.notify("WATCHDOG=1")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (d *Daemon) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	d.health.SetServingStatus("", st)
+	d.health.SetServingStatus(d.opts.Service, st)
+}
+
+// serveHealthz answers 200 "ok" while the service's health check passes, 503 with the
+// reason otherwise.
+func (d *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := d.healthCheck(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("unhealthy: " + err.Error() + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}

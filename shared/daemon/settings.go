@@ -1,0 +1,68 @@
+// Package daemon is the process runtime every unitlet service shares: settings from the
+// environment, logging, the bus socket (systemd socket activation or a socket of its own),
+// the gRPC server with peer authorization and health, the metrics listener, sd_notify
+// readiness and watchdog, and a graceful, bounded stop. A service builds a Daemon, registers
+// its API and loops on it, and calls Run.
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// EnvPrefix prefixes every environment variable unitlet reads.
+const EnvPrefix = "UNITLET_"
+
+// Settings are the process settings every service reads from the environment. Services embed
+// them in their own settings struct and parse the whole struct with ParseEnv.
+type Settings struct {
+	// SocketDir holds the bus sockets, <service>.sock each.
+	SocketDir string `env:"SOCKET_DIR" envDefault:"/run/unitlet"`
+	// MetricsAddr is the host:port of the HTTP listener for /metrics, /healthz and the
+	// service's own pages. Empty: none, unless systemd passes a socket named "metrics".
+	MetricsAddr string `env:"METRICS_ADDR"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `env:"LOG_LEVEL" envDefault:"info"`
+	// LogFormat is text or json.
+	LogFormat string `env:"LOG_FORMAT" envDefault:"text"`
+	// ShutdownTimeout bounds the drain of in-flight calls on stop.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"10s"`
+}
+
+// ParseEnv fills v, a pointer to a struct with `env` tags, from UNITLET_* variables. environ
+// overrides the process environment when not nil (tests). Errors are configuration errors.
+func ParseEnv(v any, environ map[string]string) error {
+	opts := env.Options{Prefix: EnvPrefix}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	if err := env.ParseWithOptions(v, opts); err != nil {
+		return ConfigError(fmt.Errorf("environment: %w", err))
+	}
+	return nil
+}
+
+// Validate checks the settings' values.
+func (s Settings) Validate() error {
+	if !filepath.IsAbs(s.SocketDir) {
+		return ConfigError(fmt.Errorf("environment: %sSOCKET_DIR=%q: must be an absolute path", EnvPrefix, s.SocketDir))
+	}
+	if _, err := parseLevel(s.LogLevel); err != nil {
+		return ConfigError(fmt.Errorf("environment: %sLOG_LEVEL=%q: %w", EnvPrefix, s.LogLevel, err))
+	}
+	if s.LogFormat != "text" && s.LogFormat != "json" {
+		return ConfigError(fmt.Errorf("environment: %sLOG_FORMAT=%q: must be text or json", EnvPrefix, s.LogFormat))
+	}
+	if s.ShutdownTimeout <= 0 {
+		return ConfigError(fmt.Errorf("environment: %sSHUTDOWN_TIMEOUT=%s: must be positive", EnvPrefix, s.ShutdownTimeout))
+	}
+	return nil
+}
+
+// SocketPath is where the bus socket of service lives in dir.
+func SocketPath(dir, service string) string {
+	return filepath.Join(dir, service+".sock")
+}
