@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/yaml"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/daemon"
+)
+
+func configCmd(ctx context.Context, g globals) error {
+	path := daemon.SocketPath(g.socketDir, "config")
+	if _, err := os.Stat(path); err != nil {
+		return explain("config", path, status.Error(codes.Unavailable, err.Error()))
+	}
+	conn, err := bus.DialPath(path)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	client := configv1.NewConfigServiceClient(conn)
+	cfg, err := client.GetConfig(ctx, &configv1.GetConfigRequest{})
+	if err != nil {
+		return explain("config", path, err)
+	}
+	st, err := client.GetReloadStatus(ctx, &configv1.GetReloadStatusRequest{})
+	if err != nil {
+		return explain("config", path, err)
+	}
+	c := cfg.GetConfig()
+	if g.output == "json" {
+		var out bytes.Buffer
+		if err := json.Indent(&out, c.GetKubeletConfiguration(), "", "  "); err != nil {
+			return fmt.Errorf("unitlet-config sent a configuration that is not JSON: %w", err)
+		}
+		out.WriteByte('\n')
+		_, err := g.stdout.Write(out.Bytes())
+		return err
+	}
+	y, err := yaml.JSONToYAML(c.GetKubeletConfiguration())
+	if err != nil {
+		return fmt.Errorf("unitlet-config sent a configuration that is not JSON: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# generation: %d (loaded %s)\n", c.GetGeneration(), stamp(c.GetLoadTime().AsTime()))
+	b.WriteString("# sources, in the order applied:\n")
+	for _, s := range c.GetSources() {
+		fmt.Fprintf(&b, "#   %s", sourceName(s.GetKind()))
+		if s.GetName() != "" {
+			fmt.Fprintf(&b, " %s", s.GetName())
+		}
+		if s.GetSha256() != "" {
+			fmt.Fprintf(&b, " (sha256 %.12s)", s.GetSha256())
+		}
+		b.WriteByte('\n')
+	}
+	n := c.GetNode()
+	fmt.Fprintf(&b, "# node: %s, IPs %s\n", n.GetName(), dash(strings.Join(n.GetIps(), ",")))
+	keys := make([]string, 0, len(n.GetLabels()))
+	for k := range n.GetLabels() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "#   label %s=%s\n", k, n.GetLabels()[k])
+	}
+	for _, t := range n.GetTaints() {
+		fmt.Fprintf(&b, "#   taint %s=%s:%s\n", t.GetKey(), t.GetValue(), t.GetEffect())
+	}
+	p := c.GetPaths()
+	fmt.Fprintf(&b, "# paths: root-dir %s, cert-dir %s, kubeconfig %s, bootstrap-kubeconfig %s\n",
+		p.GetRootDir(), p.GetCertDir(), dash(p.GetKubeconfig()), dash(p.GetBootstrapKubeconfig()))
+	r := st.GetStatus()
+	if r.GetLastReloadSuccessful() {
+		fmt.Fprintf(&b, "# last reload: succeeded %s (trigger: %s)\n", stamp(r.GetLastAttemptTime().AsTime()), r.GetTrigger())
+	} else {
+		fmt.Fprintf(&b, "# last reload: FAILED %s (trigger: %s): %s\n#   generation %d stays in effect; last success %s\n",
+			stamp(r.GetLastAttemptTime().AsTime()), r.GetTrigger(), r.GetLastError(), c.GetGeneration(), stamp(r.GetLastSuccessTime().AsTime()))
+	}
+	b.Write(y)
+	_, err = fmt.Fprint(g.stdout, b.String())
+	return err
+}
+
+func stamp(t time.Time) string { return t.Local().Format(time.RFC3339) }
+
+func sourceName(k configv1.SourceKind) string {
+	name := strings.TrimPrefix(k.String(), "SOURCE_KIND_")
+	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
+}

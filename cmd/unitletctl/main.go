@@ -1,0 +1,123 @@
+// Command unitletctl shows and controls the unitlet services of this node over their bus
+// sockets.
+//
+//	unitletctl status [SERVICE...]   every service: socket, reachability, health, version, pid, uptime
+//	unitletctl config                the effective configuration, its generation and the last reload
+//	unitletctl version               unitletctl's own version
+//
+// Output is a table or YAML; -o json prints JSON.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/version"
+)
+
+type globals struct {
+	socketDir string
+	output    string
+	timeout   time.Duration
+	stdout    io.Writer
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: unitletctl [flags] COMMAND
+
+Commands:
+  status [SERVICE...]  the unitlet services: socket, reachability, health, version, pid, uptime
+  config               the node's effective configuration, its generation and the last reload
+  version              unitletctl's version
+
+Flags:
+%s`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := globals{stdout: stdout}
+	fs := pflag.NewFlagSet("unitletctl", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	defaultDir := "/run/unitlet"
+	if v, ok := os.LookupEnv(daemon.EnvPrefix + "SOCKET_DIR"); ok && v != "" {
+		defaultDir = v
+	}
+	fs.StringVar(&g.socketDir, "socket-dir", defaultDir, "the directory of the bus sockets (env UNITLET_SOCKET_DIR)")
+	fs.StringVarP(&g.output, "output", "o", "", "output format: json, or the default table/yaml")
+	fs.DurationVar(&g.timeout, "timeout", 3*time.Second, "how long to wait for each service to answer")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stdout, usage, fs.FlagUsages())
+			return 0
+		}
+		fmt.Fprintf(stderr, "unitletctl: %v\n", err)
+		return 2
+	}
+	if g.output != "" && g.output != "json" && g.output != "yaml" && g.output != "table" {
+		fmt.Fprintf(stderr, "unitletctl: -o %q: want json (or leave it out for the table/yaml)\n", g.output)
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("unitletctl"))
+		return 0
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, usage, fs.FlagUsages())
+		return 2
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	var err error
+	switch cmd {
+	case "status":
+		err = statusCmd(ctx, g, rest)
+	case "config":
+		if len(rest) > 0 {
+			err = usageError(fmt.Errorf("config takes no arguments"))
+			break
+		}
+		err = configCmd(ctx, g)
+	case "version":
+		fmt.Fprintln(stdout, version.String("unitletctl"))
+	default:
+		err = usageError(fmt.Errorf("unknown command %q; see unitletctl --help", cmd))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "unitletctl: %v\n", err)
+		var ue usageErr
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type usageErr struct{ error }
+
+func usageError(err error) error { return usageErr{err} }
+
+// explain turns a bus error into what the user should do about it.
+func explain(service, socket string, err error) error {
+	switch status.Code(err) {
+	case codes.PermissionDenied:
+		return fmt.Errorf("unitlet-%s refused the call: %s; run unitletctl as root or as a member of the unitlet group", service, status.Convert(err).Message())
+	case codes.Unavailable, codes.DeadlineExceeded:
+		if _, serr := os.Stat(socket); serr != nil {
+			return fmt.Errorf("unitlet-%s is not running: no socket at %s (start it with `systemctl start unitlet-%s.socket`, or pass --socket-dir)", service, socket, service)
+		}
+		return fmt.Errorf("unitlet-%s is not answering on %s: %s", service, socket, status.Convert(err).Message())
+	}
+	return fmt.Errorf("unitlet-%s: %w", service, err)
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/daemon"
+)
+
+type fakeConfig struct {
+	configv1.UnimplementedConfigServiceServer
+	status *configv1.ReloadStatus
+}
+
+func (fakeConfig) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
+	return &configv1.GetConfigResponse{Config: &configv1.NodeConfig{
+		Generation:           7,
+		KubeletConfiguration: []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":42}`),
+		Sources:              []*configv1.Source{{Kind: configv1.SourceKind_SOURCE_KIND_DEFAULTS}, {Kind: configv1.SourceKind_SOURCE_KIND_FILE, Name: "/etc/unitlet/config.yaml", Sha256: "0123456789abcdef0123"}},
+		Node:                 &configv1.NodeIdentity{Name: "node-a", Ips: []string{"192.0.2.1"}, Labels: map[string]string{"kubernetes.io/os": "linux"}},
+		Paths:                &configv1.Paths{RootDir: "/var/lib/unitlet", CertDir: "/var/lib/unitlet/pki"},
+		LoadTime:             timestamppb.Now(),
+	}}, nil
+}
+
+func (f fakeConfig) GetReloadStatus(context.Context, *configv1.GetReloadStatusRequest) (*configv1.GetReloadStatusResponse, error) {
+	return &configv1.GetReloadStatusResponse{Status: f.status}, nil
+}
+
+// serveConfig runs a real daemon with a fake config API in a temp socket dir.
+func serveConfig(t *testing.T, st *configv1.ReloadStatus) string {
+	t.Helper()
+	dir := t.TempDir()
+	var s daemon.Settings
+	if err := daemon.ParseEnv(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
+		t.Fatal(err)
+	}
+	d := daemon.New(daemon.Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	configv1.RegisterConfigServiceServer(d.Server(), fakeConfig{status: st})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(dir, "config.sock")); err == nil {
+			return dir
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the fake config service did not start")
+	return ""
+}
+
+func ctl(args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"--timeout=2s"}, args...), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestStatus(t *testing.T) {
+	dir := serveConfig(t, &configv1.ReloadStatus{LastReloadSuccessful: true})
+	out, _, code := ctl("--socket-dir="+dir, "status", "config")
+	if code != 0 || !strings.Contains(out, "unitlet-config") || !strings.Contains(out, "SERVING") || !strings.Contains(out, "present") {
+		t.Fatalf("status config: exit %d\n%s", code, out)
+	}
+	out, errOut, code := ctl("--socket-dir="+dir, "status")
+	if code != 1 || !strings.Contains(errOut, "not serving: unitlet-certs") {
+		t.Fatalf("status with services down: exit %d stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "not running: no socket at "+filepath.Join(dir, "podsync.sock")) {
+		t.Fatalf("status does not say podsync is not running:\n%s", out)
+	}
+	out, _, _ = ctl("--socket-dir="+dir, "status", "-o", "json")
+	var rows []serviceStatus
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 6 {
+		t.Fatalf("status -o json: %v, %d rows\n%s", err, len(rows), out)
+	}
+	if !rows[0].Reachable || rows[0].PID != int32(os.Getpid()) || rows[1].SocketPresent {
+		t.Fatalf("status -o json rows: %+v", rows[:2])
+	}
+}
+
+func TestConfig(t *testing.T) {
+	dir := serveConfig(t, &configv1.ReloadStatus{
+		LastError: "/etc/unitlet/config.yaml: field syncFrequency: bad", Trigger: "file-change",
+		LastAttemptTime: timestamppb.Now(), LastSuccessTime: timestamppb.Now(),
+	})
+	out, _, code := ctl("--socket-dir="+dir, "config")
+	for _, want := range []string{"# generation: 7", "file /etc/unitlet/config.yaml (sha256 0123456789ab)", "FAILED", "field syncFrequency", "generation 7 stays in effect", "maxPods: 42", "node: node-a, IPs 192.0.2.1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	out, _, _ = ctl("--socket-dir="+dir, "config", "-o", "json")
+	var kc map[string]any
+	if err := json.Unmarshal([]byte(out), &kc); err != nil || kc["maxPods"] != float64(42) {
+		t.Fatalf("config -o json: %v\n%s", err, out)
+	}
+}
+
+func TestNotRunningAndUsage(t *testing.T) {
+	dir := t.TempDir()
+	_, errOut, code := ctl("--socket-dir="+dir, "config")
+	if code != 1 || !strings.Contains(errOut, "unitlet-config is not running: no socket at") {
+		t.Fatalf("config with no service: exit %d %q", code, errOut)
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"-o", "xml", "status"}, {"status", "nosuch"}, {}} {
+		if _, _, code := ctl(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if out, _, code := ctl("version"); code != 0 || !strings.HasPrefix(out, "unitletctl ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
