@@ -1,0 +1,201 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/unitlet/unitlet/services/config/kubeletconfig"
+	"github.com/unitlet/unitlet/shared/daemon"
+)
+
+// Options are unitlet-config's command line, with the kubelet's flag names. Every flag can
+// also be set as UNITLET_<NAME> in the environment (--node-ip: UNITLET_NODE_IP); a flag on
+// the command line wins over the variable.
+type Options struct {
+	ConfigFile          string
+	ConfigDir           string
+	HostnameOverride    string
+	NodeIPs             []string
+	Kubeconfig          string
+	BootstrapKubeconfig string
+	CertDir             string
+	RootDir             string
+	NodeLabels          map[string]string
+
+	// Overrides are the flags and variables that set KubeletConfiguration fields, as merge
+	// patches: the environment's first, then the command line's.
+	Overrides []kubeletconfig.Override
+	// Version asks for the version only.
+	Version bool
+}
+
+// configField is a flag that sets a field of the KubeletConfiguration.
+type configField struct {
+	flag  string
+	field string
+	value func(fs *pflag.FlagSet) (any, error)
+}
+
+var configFields = []configField{
+	{"max-pods", "maxPods", func(fs *pflag.FlagSet) (any, error) { return fs.GetInt32("max-pods") }},
+	{"container-runtime-endpoint", "containerRuntimeEndpoint", stringFlag("container-runtime-endpoint")},
+	{"pod-manifest-path", "staticPodPath", stringFlag("pod-manifest-path")},
+	{"cluster-domain", "clusterDomain", stringFlag("cluster-domain")},
+	{"cluster-dns", "clusterDNS", func(fs *pflag.FlagSet) (any, error) { return fs.GetStringSlice("cluster-dns") }},
+	{"register-with-taints", "registerWithTaints", taintsFlag},
+}
+
+func stringFlag(name string) func(fs *pflag.FlagSet) (any, error) {
+	return func(fs *pflag.FlagSet) (any, error) { return fs.GetString(name) }
+}
+
+// EnvName is the environment variable of a flag.
+func EnvName(flag string) string {
+	return daemon.EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// NewFlagSet returns the flag set, bound to o.
+func NewFlagSet(o *Options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("unitlet-config", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.StringVar(&o.ConfigFile, "config", "", "the KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON)")
+	fs.StringVar(&o.ConfigDir, "config-dir", "", "a directory of *.conf KubeletConfiguration drop-ins, merged over --config in lexical order")
+	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "the node name to use instead of the hostname")
+	fs.StringSliceVar(&o.NodeIPs, "node-ip", nil, "the node's IP addresses, comma-separated, at most one per family (default: the address of the default route's interface)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the kubeconfig with the node's credentials for the API server")
+	fs.StringVar(&o.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "the kubeconfig for TLS bootstrapping, used when --kubeconfig is missing or invalid")
+	fs.StringVar(&o.CertDir, "cert-dir", "", "where the node's certificates and keys live (default: <root-dir>/pki)")
+	fs.StringVar(&o.RootDir, "root-dir", "/var/lib/unitlet", "the node agent's state directory")
+	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels to register the node with, key=value,...")
+	fs.Int32("max-pods", 0, "maximum number of pods on the node (config field maxPods)")
+	fs.String("container-runtime-endpoint", "", "the CRI socket, unix:///path (config field containerRuntimeEndpoint)")
+	fs.String("pod-manifest-path", "", "the directory of static pod manifests (config field staticPodPath)")
+	fs.String("cluster-domain", "", "the cluster's DNS domain (config field clusterDomain)")
+	fs.StringSlice("cluster-dns", nil, "DNS server IPs for pods, comma-separated (config field clusterDNS)")
+	fs.String("register-with-taints", "", "taints to register the node with, key=value:Effect,... (config field registerWithTaints)")
+	fs.BoolVarP(&o.Version, "version", "", false, "print the version and exit")
+	return fs
+}
+
+// ParseOptions parses args, then fills every flag not given from its UNITLET_ variable in
+// environ. Errors name the flag or the variable.
+func ParseOptions(args []string, environ func(string) (string, bool)) (*Options, *pflag.FlagSet, error) {
+	o := &Options{}
+	fs := NewFlagSet(o)
+	fs.SetOutput(new(strings.Builder))
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fs, fmt.Errorf("unexpected argument %q: unitlet-config takes flags only", fs.Arg(0))
+	}
+	fromEnv := map[string]bool{}
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "version" {
+			return
+		}
+		v, ok := environ(EnvName(f.Name))
+		if !ok {
+			return
+		}
+		if setErr := fs.Set(f.Name, v); setErr != nil {
+			err = fmt.Errorf("environment: %s=%q: %v", EnvName(f.Name), v, setErr)
+			return
+		}
+		fromEnv[f.Name] = true
+	})
+	if err != nil {
+		return nil, fs, err
+	}
+	envPatch, envNames := map[string]any{}, []string{}
+	flagPatch, flagNames := map[string]any{}, []string{}
+	for _, cf := range configFields {
+		f := fs.Lookup(cf.flag)
+		if !f.Changed {
+			continue
+		}
+		v, verr := cf.value(fs)
+		if verr != nil {
+			return nil, fs, fmt.Errorf("--%s: %v", cf.flag, verr)
+		}
+		if fromEnv[cf.flag] {
+			envPatch[cf.field] = v
+			envNames = append(envNames, EnvName(cf.flag))
+		} else {
+			flagPatch[cf.field] = v
+			flagNames = append(flagNames, "--"+cf.flag)
+		}
+	}
+	if len(envPatch) > 0 {
+		sort.Strings(envNames)
+		o.Overrides = append(o.Overrides, kubeletconfig.Override{Kind: kubeletconfig.SourceEnvironment, Name: strings.Join(envNames, ","), Patch: envPatch})
+	}
+	if len(flagPatch) > 0 {
+		sort.Strings(flagNames)
+		o.Overrides = append(o.Overrides, kubeletconfig.Override{Kind: kubeletconfig.SourceFlags, Name: strings.Join(flagNames, ","), Patch: flagPatch})
+	}
+	if err := o.complete(); err != nil {
+		return nil, fs, err
+	}
+	return o, fs, nil
+}
+
+// complete makes paths absolute and fills the defaults that depend on other flags.
+func (o *Options) complete() error {
+	for _, p := range []struct {
+		flag string
+		path *string
+	}{
+		{"config", &o.ConfigFile}, {"config-dir", &o.ConfigDir}, {"kubeconfig", &o.Kubeconfig},
+		{"bootstrap-kubeconfig", &o.BootstrapKubeconfig}, {"cert-dir", &o.CertDir}, {"root-dir", &o.RootDir},
+	} {
+		if *p.path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p.path)
+		if err != nil {
+			return fmt.Errorf("--%s=%q: %v", p.flag, *p.path, err)
+		}
+		*p.path = abs
+	}
+	if o.RootDir == "" {
+		return fmt.Errorf("--root-dir: must not be empty")
+	}
+	if o.CertDir == "" {
+		o.CertDir = filepath.Join(o.RootDir, "pki")
+	}
+	return nil
+}
+
+// taintsFlag parses --register-with-taints, key=value:Effect or key:Effect, comma-separated,
+// into the registerWithTaints field's JSON form.
+func taintsFlag(fs *pflag.FlagSet) (any, error) {
+	s, err := fs.GetString("register-with-taints")
+	if err != nil {
+		return nil, err
+	}
+	taints := []map[string]any{}
+	for _, spec := range strings.Split(s, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" {
+			continue
+		}
+		kv, effect, ok := strings.Cut(spec, ":")
+		if !ok || effect == "" {
+			return nil, fmt.Errorf("taint %q: want key=value:Effect or key:Effect", spec)
+		}
+		t := map[string]any{"effect": effect}
+		key, value, hasValue := strings.Cut(kv, "=")
+		t["key"] = key
+		if hasValue {
+			t["value"] = value
+		}
+		taints = append(taints, t)
+	}
+	return taints, nil
+}

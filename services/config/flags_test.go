@@ -1,0 +1,80 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/unitlet/unitlet/services/config/kubeletconfig"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestFlagsOverEnvironmentOverNothing(t *testing.T) {
+	o, _, err := ParseOptions(
+		[]string{"--config=/etc/unitlet/config.yaml", "--max-pods=50", "--hostname-override=flag-name"},
+		env(map[string]string{
+			"UNITLET_HOSTNAME_OVERRIDE": "env-name",
+			"UNITLET_ROOT_DIR":          "/srv/unitlet",
+			"UNITLET_MAX_PODS":          "20",
+			"UNITLET_CLUSTER_DOMAIN":    "example.org",
+			"UNITLET_NODE_IP":           "192.0.2.1,2001:db8::1",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.HostnameOverride != "flag-name" {
+		t.Errorf("hostname override %q: the flag must win over the environment", o.HostnameOverride)
+	}
+	if o.RootDir != "/srv/unitlet" || o.CertDir != "/srv/unitlet/pki" {
+		t.Errorf("root dir %q cert dir %q", o.RootDir, o.CertDir)
+	}
+	if !reflect.DeepEqual(o.NodeIPs, []string{"192.0.2.1", "2001:db8::1"}) {
+		t.Errorf("node IPs %v", o.NodeIPs)
+	}
+	want := []kubeletconfig.Override{
+		{Kind: kubeletconfig.SourceEnvironment, Name: "UNITLET_CLUSTER_DOMAIN", Patch: map[string]any{"clusterDomain": "example.org"}},
+		{Kind: kubeletconfig.SourceFlags, Name: "--max-pods", Patch: map[string]any{"maxPods": int32(50)}},
+	}
+	if !reflect.DeepEqual(o.Overrides, want) {
+		t.Errorf("overrides\n got %#v\nwant %#v", o.Overrides, want)
+	}
+}
+
+func TestFlagErrorsNameTheFlagOrVariable(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--max-pods=lots"}, nil, "max-pods"},
+		{nil, map[string]string{"UNITLET_MAX_PODS": "lots"}, "UNITLET_MAX_PODS"},
+		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{[]string{"stray"}, nil, `"stray"`},
+		{[]string{"--register-with-taints=dedicated"}, nil, "register-with-taints"},
+		{[]string{"--node-labels=novalue"}, nil, "node-labels"},
+	}
+	for _, c := range cases {
+		_, _, err := ParseOptions(c.args, env(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want one naming %s", c.args, c.env, err, c.want)
+		}
+	}
+}
+
+func TestRegisterWithTaintsFlag(t *testing.T) {
+	o, _, err := ParseOptions([]string{"--register-with-taints=a=b:NoSchedule,c:NoExecute"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := o.Overrides[0].Patch["registerWithTaints"]
+	want := []map[string]any{{"key": "a", "value": "b", "effect": "NoSchedule"}, {"key": "c", "effect": "NoExecute"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v want %#v", got, want)
+	}
+}

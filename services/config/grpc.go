@@ -1,0 +1,36 @@
+package config
+
+import (
+	"context"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/watch"
+)
+
+// Server is the bus API of unitlet-config.
+type Server struct {
+	configv1.UnimplementedConfigServiceServer
+	svc *Service
+}
+
+// NewServer serves svc over the bus.
+func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+
+// GetConfig returns the configuration in effect.
+func (s *Server) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
+	return &configv1.GetConfigResponse{Config: s.svc.Current()}, nil
+}
+
+// GetReloadStatus returns the result of the last load.
+func (s *Server) GetReloadStatus(context.Context, *configv1.GetReloadStatusRequest) (*configv1.GetReloadStatusResponse, error) {
+	return &configv1.GetReloadStatusResponse{Status: s.svc.Status()}, nil
+}
+
+// WatchConfig streams the configuration in effect unless the caller has it, then every
+// new generation.
+func (s *Server) WatchConfig(req *configv1.WatchConfigRequest, stream configv1.ConfigService_WatchConfigServer) error {
+	sub := s.svc.Subscribe(req.GetAfterGeneration())
+	return watch.Serve(stream.Context(), sub, func(ev watch.Event[*configv1.NodeConfig]) error {
+		return stream.Send(&configv1.WatchConfigResponse{Config: ev.Value})
+	})
+}

@@ -1,0 +1,263 @@
+// Package config is unitlet-config: it owns the node's configuration. It loads the
+// KubeletConfiguration file, its drop-ins, the environment and the flags, works out the
+// node's identity, and serves the result to the other services over the bus, with a
+// generation number that survives restarts. It reloads on SIGHUP and when the files change;
+// an invalid change keeps the last good configuration in effect and is reported.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/services/config/kubeletconfig"
+	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/watch"
+)
+
+// Triggers of a load.
+const (
+	TriggerStart      = "start"
+	TriggerSignal     = "signal"
+	TriggerFileChange = "file-change"
+)
+
+// generationCheckpoint remembers the last generation and its hash across restarts.
+const generationCheckpoint = "config-generation"
+
+type generationState struct {
+	Generation uint64 `json:"generation"`
+	Hash       string `json:"hash"`
+}
+
+// Service holds the configuration in effect and the result of the last load.
+type Service struct {
+	opts  *Options
+	host  hostEnv
+	log   *slog.Logger
+	store *checkpoint.Store
+	now   func() time.Time
+
+	mu      sync.Mutex // serialises loads; guards current and status
+	current *configv1.NodeConfig
+	status  *configv1.ReloadStatus
+	hub     *watch.Hub[*configv1.NodeConfig]
+
+	reloadOK      prometheus.Gauge
+	reloadSuccess prometheus.Gauge
+	generation    prometheus.Gauge
+	reloads       *prometheus.CounterVec
+}
+
+// NewService loads the configuration for the first time. An error is the user's to fix:
+// the process exits 2 with it.
+func NewService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+	return newService(o, store, reg, log, realHost)
+}
+
+func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, log *slog.Logger, host hostEnv) (*Service, error) {
+	s := &Service{
+		opts:  o,
+		host:  host,
+		log:   log,
+		store: store,
+		now:   time.Now,
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unitlet_config_last_reload_successful",
+			Help: "1 if the last load of the configuration succeeded, 0 if it failed and the last good configuration stays in effect.",
+		}),
+		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unitlet_config_last_reload_success_timestamp_seconds",
+			Help: "When the configuration was last loaded successfully, in seconds since the epoch.",
+		}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unitlet_config_generation",
+			Help: "The generation of the configuration in effect.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "unitlet_config_reloads_total",
+			Help: "Loads of the configuration, by trigger and result.",
+		}, []string{"trigger", "result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(s.reloadOK, s.reloadSuccess, s.generation, s.reloads)
+	}
+	cfg, warnings, err := s.build()
+	s.status = &configv1.ReloadStatus{Trigger: TriggerStart, LastAttemptTime: timestamppb.New(s.now())}
+	if err != nil {
+		s.reloads.WithLabelValues(TriggerStart, "failure").Inc()
+		return nil, err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	var prev generationState
+	if err := store.ReadJSON(generationCheckpoint, &prev); err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+		// A corrupt checkpoint was set aside; numbering starts over, which subscribers
+		// handle as they handle any restart (they receive a snapshot).
+		log.Warn("the generation checkpoint is unusable; numbering starts over", "err", err)
+		prev = generationState{}
+	}
+	gen := prev.Generation
+	if cfg.Hash != prev.Hash || gen == 0 {
+		gen++
+		if err := store.WriteJSON(generationCheckpoint, generationState{Generation: gen, Hash: cfg.Hash}); err != nil {
+			return nil, fmt.Errorf("record the generation: %w", err)
+		}
+	}
+	cfg.Generation = gen
+	s.current = cfg
+	s.hub = watch.NewHub(gen, 0, func() *configv1.NodeConfig { return s.current })
+	s.succeeded(TriggerStart)
+	log.Info("configuration loaded", "generation", gen, "node", cfg.Node.GetName(), "sources", len(cfg.Sources))
+	return s, nil
+}
+
+// Reload loads the configuration again. A valid configuration that differs from the one in
+// effect becomes the next generation; an invalid one leaves the one in effect and is
+// reported in the reload status, the metrics and the log.
+func (s *Service) Reload(trigger string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.LastAttemptTime = timestamppb.New(s.now())
+	s.status.Trigger = trigger
+	cfg, warnings, err := s.build()
+	if err != nil {
+		s.failed(trigger, err)
+		return err
+	}
+	for _, w := range warnings {
+		s.log.Warn(w)
+	}
+	if cfg.Hash == s.current.Hash {
+		s.succeeded(trigger)
+		s.log.Info("configuration reloaded; unchanged", "trigger", trigger, "generation", s.current.Generation)
+		return nil
+	}
+	next := s.hub.Seq() + 1
+	if err := s.store.WriteJSON(generationCheckpoint, generationState{Generation: next, Hash: cfg.Hash}); err != nil {
+		err = fmt.Errorf("record the generation: %w", err)
+		s.failed(trigger, err)
+		return err
+	}
+	s.hub.Publish(func(seq uint64) *configv1.NodeConfig {
+		cfg.Generation = seq
+		s.current = cfg
+		return cfg
+	})
+	s.succeeded(trigger)
+	s.log.Info("configuration reloaded", "trigger", trigger, "generation", cfg.Generation)
+	return nil
+}
+
+func (s *Service) succeeded(trigger string) {
+	now := s.now()
+	s.status.LastReloadSuccessful = true
+	s.status.LastSuccessTime = timestamppb.New(now)
+	s.status.LastError, s.status.LastErrorFile, s.status.LastErrorField = "", "", ""
+	s.status.Generation = s.current.Generation
+	s.reloadOK.Set(1)
+	s.reloadSuccess.Set(float64(now.UnixNano()) / 1e9)
+	s.generation.Set(float64(s.current.Generation))
+	s.reloads.WithLabelValues(trigger, "success").Inc()
+}
+
+func (s *Service) failed(trigger string, err error) {
+	s.status.LastReloadSuccessful = false
+	s.status.LastError = err.Error()
+	s.status.LastErrorFile, s.status.LastErrorField = "", ""
+	var ke *kubeletconfig.Error
+	if errors.As(err, &ke) {
+		s.status.LastErrorFile, s.status.LastErrorField = ke.File, ke.Field
+	}
+	s.reloadOK.Set(0)
+	s.reloads.WithLabelValues(trigger, "failure").Inc()
+	s.log.Error("configuration reload failed; the last good configuration stays in effect",
+		"trigger", trigger, "err", err.Error(), "generation", s.current.Generation)
+}
+
+// build loads every input into a NodeConfig without a generation.
+func (s *Service) build() (*configv1.NodeConfig, []string, error) {
+	res, err := kubeletconfig.Load(s.opts.ConfigFile, s.opts.ConfigDir, s.opts.Overrides...)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, warnings, err := nodeIdentity(s.opts, res.Config, s.host)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &configv1.NodeConfig{
+		KubeletConfiguration: res.JSON,
+		Node:                 node,
+		Paths: &configv1.Paths{
+			Kubeconfig:          s.opts.Kubeconfig,
+			BootstrapKubeconfig: s.opts.BootstrapKubeconfig,
+			CertDir:             s.opts.CertDir,
+			RootDir:             s.opts.RootDir,
+		},
+		LoadTime: timestamppb.New(s.now()),
+	}
+	for _, src := range res.Sources {
+		cfg.Sources = append(cfg.Sources, &configv1.Source{Kind: sourceKind(src.Kind), Name: src.Name, Sha256: src.SHA256})
+	}
+	cfg.Hash = hashOf(cfg)
+	return cfg, warnings, nil
+}
+
+// hashOf digests what the configuration says, not where it came from or when it was read.
+func hashOf(cfg *configv1.NodeConfig) string {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&configv1.NodeConfig{
+		KubeletConfiguration: cfg.KubeletConfiguration,
+		Node:                 cfg.Node,
+		Paths:                cfg.Paths,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("marshal a NodeConfig: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func sourceKind(k kubeletconfig.SourceKind) configv1.SourceKind {
+	switch k {
+	case kubeletconfig.SourceDefaults:
+		return configv1.SourceKind_SOURCE_KIND_DEFAULTS
+	case kubeletconfig.SourceFile:
+		return configv1.SourceKind_SOURCE_KIND_FILE
+	case kubeletconfig.SourceDropIn:
+		return configv1.SourceKind_SOURCE_KIND_DROP_IN
+	case kubeletconfig.SourceEnvironment:
+		return configv1.SourceKind_SOURCE_KIND_ENVIRONMENT
+	case kubeletconfig.SourceFlags:
+		return configv1.SourceKind_SOURCE_KIND_FLAGS
+	}
+	return configv1.SourceKind_SOURCE_KIND_UNSPECIFIED
+}
+
+// Current is the configuration in effect.
+func (s *Service) Current() *configv1.NodeConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current
+}
+
+// Status is the result of the last load.
+func (s *Service) Status() *configv1.ReloadStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return proto.Clone(s.status).(*configv1.ReloadStatus)
+}
+
+// Subscribe streams the configuration after generation after.
+func (s *Service) Subscribe(after uint64) *watch.Subscription[*configv1.NodeConfig] {
+	return s.hub.Subscribe(after)
+}
