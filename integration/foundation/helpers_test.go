@@ -18,8 +18,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/integration"
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
