@@ -1,0 +1,110 @@
+// Command unitlet-harness brings a local cluster with unitlet nodes up and down, like a
+// compose file: a real control plane, and node machines running unitlet.
+//
+//	unitlet-harness up         [-f STACK.yaml]
+//	unitlet-harness build      (only build or find the control plane binaries)
+//	unitlet-harness down       [-f STACK.yaml]
+//	unitlet-harness status     [-f STACK.yaml] [-o json]
+//	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
+//	unitlet-harness exec       [-f STACK.yaml] NODE -- CMD...
+//	unitlet-harness kubeconfig [-f STACK.yaml]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/unitlet/unitlet/integration"
+	"github.com/unitlet/unitlet/integration/harness"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	repo, err := integration.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlet-harness:", err)
+		return 1
+	}
+	fs := pflag.NewFlagSet("unitlet-harness", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SetInterspersed(false)
+	stackFile := fs.StringP("file", "f", filepath.Join(repo, "integration", "stacks", "single-node.yaml"), "the stack file")
+	output := fs.StringP("output", "o", "", "json for machine-readable status")
+	lines := fs.IntP("lines", "n", 50, "log lines per component")
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: unitlet-harness up|down|status|logs|exec|kubeconfig|build [-f STACK.yaml]")
+		return 2
+	}
+	cmd := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		fmt.Fprintln(stderr, "unitlet-harness:", err)
+		return 2
+	}
+	h, err := harness.New(*stackFile, repo, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlet-harness:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "up":
+		err = h.Up(ctx)
+	case "build":
+		_, err = harness.EnsureBinaries(repo, stdout)
+	case "down":
+		err = h.Down()
+	case "status":
+		if *output == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(h.Status())
+		} else {
+			h.PrintStatus(stdout)
+		}
+	case "logs":
+		fmt.Fprint(stdout, h.Logs(*lines, fs.Args()...))
+	case "kubeconfig":
+		fmt.Fprintln(stdout, h.AdminKubeconfig())
+	case "exec":
+		rest := fs.Args()
+		if len(rest) > 1 && rest[1] == "--" {
+			rest = append(rest[:1], rest[2:]...)
+		}
+		if len(rest) < 2 || !h.HasNode(rest[0]) {
+			fmt.Fprintln(stderr, "usage: unitlet-harness exec NODE -- CMD... (NODE is one of the stack's nodes)")
+			return 2
+		}
+		c := h.Exec(rest[0], rest[1:])
+		c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
+		if err := c.Run(); err != nil {
+			var ee interface{ ExitCode() int }
+			if errors.As(err, &ee) {
+				return ee.ExitCode()
+			}
+			fmt.Fprintln(stderr, "unitlet-harness:", err)
+			return 1
+		}
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unitlet-harness: unknown command %q\n", cmd)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlet-harness:", err)
+		return 1
+	}
+	return 0
+}

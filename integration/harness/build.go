@@ -1,0 +1,144 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Versions of the parts the harness builds; they match the helper modules in
+// integration/tools and the k8s.io libraries unitlet uses.
+const (
+	KubernetesVersion = "v1.36.3"
+	EtcdVersion       = "v3.5.21"
+)
+
+// CacheDir is where built binaries are kept across runs and clones: $UNITLET_CACHE, else
+// ~/.cache/unitlet.
+func CacheDir() string {
+	if d := os.Getenv("UNITLET_CACHE"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "unitlet")
+}
+
+// Binaries are the control plane's executables.
+type Binaries struct {
+	Etcd, APIServer, ControllerManager, Scheduler, Kubectl string
+}
+
+// EnsureBinaries builds what is missing from the pinned helper modules under repo's
+// integration/tools, into the cache. The first build takes several minutes; it says so.
+func EnsureBinaries(repo string, out io.Writer) (*Binaries, error) {
+	// The suffix is the build recipe's revision: change it when the flags below change.
+	kubeDir := filepath.Join(CacheDir(), "kube-"+KubernetesVersion+"-r2")
+	etcdDir := filepath.Join(CacheDir(), "etcd-"+EtcdVersion+"-r2")
+	b := &Binaries{
+		Etcd:              filepath.Join(etcdDir, "etcd"),
+		APIServer:         filepath.Join(kubeDir, "kube-apiserver"),
+		ControllerManager: filepath.Join(kubeDir, "kube-controller-manager"),
+		Scheduler:         filepath.Join(kubeDir, "kube-scheduler"),
+		Kubectl:           filepath.Join(kubeDir, "kubectl"),
+	}
+	var missing []string
+	for _, p := range []string{b.APIServer, b.ControllerManager, b.Scheduler, b.Kubectl} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, "k8s.io/kubernetes/cmd/"+filepath.Base(p))
+		}
+	}
+	if len(missing) > 0 {
+		if err := goBuild(out, filepath.Join(repo, "integration", "tools", "kube"), kubeDir, missing, kubeLDFlags(),
+			"Kubernetes "+KubernetesVersion+" (first time: about 10 minutes on 2 cores)"); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(b.Etcd); err != nil {
+		if err := goBuild(out, filepath.Join(repo, "integration", "tools", "etcd"), b.Etcd, []string{"go.etcd.io/etcd/server/v3"}, "-s -w",
+			"etcd "+EtcdVersion+" (first time: about 2 minutes)"); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// kubeLDFlags stamp the version the binaries report, as Kubernetes' own build does.
+func kubeLDFlags() string {
+	major, minor := "1", strings.Split(strings.TrimPrefix(KubernetesVersion, "v1."), ".")[0]
+	var b strings.Builder
+	b.WriteString("-s -w")
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		fmt.Fprintf(&b, " -X %s.gitVersion=%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean",
+			pkg, KubernetesVersion, pkg, major, pkg, minor, pkg)
+	}
+	return b.String()
+}
+
+func goBuild(out io.Writer, moduleDir, output string, pkgs []string, ldflags, what string) error {
+	start := time.Now()
+	fmt.Fprintf(out, "building %s into %s ...\n", what, output)
+	if err := os.MkdirAll(filepath.Dir(output), 0o755); err != nil {
+		return err
+	}
+	// Build into a temp name and rename, so an interrupted build leaves no half binary.
+	tmp := output + ".tmp"
+	if len(pkgs) > 1 {
+		tmp = output + ".tmp-dir"
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return err
+		}
+	}
+	target := tmp
+	if len(pkgs) > 1 {
+		target = tmp + "/"
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", target}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	cmd.Stdout, cmd.Stderr = out, out
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(out, "  still building %s (%s)\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	err := cmd.Run()
+	close(done)
+	if err != nil {
+		return fmt.Errorf("build %s in %s: %w", what, moduleDir, err)
+	}
+	if len(pkgs) > 1 {
+		if err := os.MkdirAll(output, 0o755); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(tmp)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(output, e.Name())); err != nil {
+				return err
+			}
+		}
+		os.RemoveAll(tmp)
+	} else if err := os.Rename(tmp, output); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "built %s in %s\n", what, time.Since(start).Round(time.Second))
+	return nil
+}

@@ -1,0 +1,117 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/unitlet/unitlet/shared/bus"
+)
+
+// nodeDir is a node machine's files: config, state, sockets, credentials.
+func (h *Harness) nodeDir(node string) string { return filepath.Join(h.paths.root, "nodes", node) }
+
+// NodeSocketDir is where a process-backend node's bus sockets are.
+func (h *Harness) NodeSocketDir(node string) string { return filepath.Join(h.nodeDir(node), "run") }
+
+// nodeComponents are the unitlet services of a process-backend node.
+func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
+	dir := h.nodeDir(n.Name)
+	var out []component
+	for _, svc := range n.Services {
+		name := n.Name + "/unitlet-" + svc
+		out = append(out, component{
+			name: name,
+			start: func() (*proc, error) {
+				if err := h.prepareNode(n, f); err != nil {
+					return nil, err
+				}
+				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name)}
+				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, filepath.Join(h.binDir(), "unitlet-"+svc),
+					"--config="+filepath.Join(dir, "config.yaml"), "--config-dir="+filepath.Join(dir, "config.d"),
+					"--root-dir="+filepath.Join(dir, "state"), "--hostname-override="+n.Name,
+					"--kubeconfig="+filepath.Join(dir, "kubeconfig"),
+					"--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
+			},
+			ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
+		})
+	}
+	return out
+}
+
+// prepareNode writes the node's configuration and credentials.
+func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
+	dir := h.nodeDir(n.Name)
+	for _, d := range []string{filepath.Join(dir, "config.d"), filepath.Join(dir, "state"), h.NodeSocketDir(n.Name)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# Written by unitlet-harness for node %s.
+clusterDomain: cluster.local
+clusterDNS: [10.0.0.10]
+authentication:
+  x509:
+    clientCAFile: %s
+# These machines have cgroup v1.
+failCgroupV1: false
+`, n.Name, f.ca.CertFile)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	cert, key, err := f.ca.issue(dir, "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), h.APIServerURL(), f.ca.CertFile, "system:node:"+n.Name, cert, key, "")
+}
+
+// serving checks a unitlet service's health over its bus socket.
+func serving(ctx context.Context, socketDir, service string) error {
+	conn, err := bus.Dial(socketDir, service)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("unitlet-%s: %s", service, resp.GetStatus())
+	}
+	return nil
+}
+
+// Exec runs a command on a node, as it would run there: for the process backend, on the
+// host with the node's UNITLET_SOCKET_DIR and the unitlet binaries first on PATH.
+func (h *Harness) Exec(node string, args []string) *exec.Cmd {
+	bin := args[0]
+	if own := filepath.Join(h.binDir(), bin); filepath.Base(bin) == bin {
+		if _, err := os.Stat(own); err == nil {
+			bin = own
+		}
+	}
+	cmd := exec.Command(bin, args[1:]...)
+	cmd.Env = append(os.Environ(), "UNITLET_SOCKET_DIR="+h.NodeSocketDir(node), "PATH="+h.binDir()+":"+os.Getenv("PATH"))
+	return cmd
+}
+
+// HasNode reports whether the stack declares the node.
+func (h *Harness) HasNode(name string) bool {
+	for _, n := range h.stack.Nodes {
+		if n.Name == name {
+			return true
+		}
+	}
+	return false
+}

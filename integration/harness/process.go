@@ -1,0 +1,85 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// proc is a process the harness started and must stop.
+type proc struct {
+	Name string   `json:"name"`
+	PID  int      `json:"pid"`
+	Args []string `json:"args"`
+	Log  string   `json:"log"`
+}
+
+// startProcess starts a long-running component in its own session, so that it outlives
+// `unitlet-harness up` and is stopped by PID, with its output in <logDir>/<name>.log.
+func startProcess(logDir, name string, env []string, bin string, args ...string) (*proc, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{Name: name, PID: cmd.Process.Pid, Args: append([]string{bin}, args...), Log: logPath}
+	// Reap it if it dies while this process lives, so that alive() sees the death.
+	go func() { _ = cmd.Wait() }()
+	return p, nil
+}
+
+// alive reports whether the process still runs (and is not a zombie).
+func (p *proc) alive() bool {
+	if p == nil || p.PID <= 0 {
+		return false
+	}
+	if err := syscall.Kill(p.PID, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == ')' {
+			return i+2 < len(b) && b[i+2] != 'Z'
+		}
+	}
+	return true
+}
+
+// stop ends the process: SIGTERM to its process group, SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) error {
+	if !p.alive() {
+		return nil
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if !p.alive() {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	for i := 0; i < 100 && p.alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.alive() {
+		return errors.New(p.Name + " survived SIGKILL")
+	}
+	return nil
+}

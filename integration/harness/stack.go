@@ -1,0 +1,94 @@
+// Package harness brings up a local cluster for unitlet: etcd and the Kubernetes control
+// plane built from the pinned k8s.io/kubernetes module, a PKI made in Go with TLS
+// bootstrapping ready, and node machines running unitlet. It backs the `unitlet-harness`
+// command and the integration tests.
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Stack is a stack file: what to bring up.
+type Stack struct {
+	// Name names the stack; its data lives in <StateRoot>/<Name>.
+	Name         string       `json:"name"`
+	ControlPlane ControlPlane `json:"controlPlane"`
+	Nodes        []Node       `json:"nodes"`
+}
+
+// ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
+type ControlPlane struct {
+	APIServerPort int `json:"apiServerPort"`
+	EtcdPort      int `json:"etcdPort"`
+	// ServiceCIDR is the range of Service cluster IPs.
+	ServiceCIDR string `json:"serviceCIDR"`
+}
+
+// Node is a node machine.
+type Node struct {
+	Name string `json:"name"`
+	// Backend is "process": unitlet binaries as host processes.
+	Backend string `json:"backend"`
+	// Services are the unitlet services the node runs, e.g. [config].
+	Services []string `json:"services"`
+}
+
+var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// LoadStack reads and checks a stack file. Errors name the file and the field.
+func LoadStack(path string) (*Stack, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("stack file: %w", err)
+	}
+	doc, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	var s Stack
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if s.Name == "" {
+		s.Name = trimExt(filepath.Base(path))
+	}
+	if s.ControlPlane.APIServerPort == 0 {
+		s.ControlPlane.APIServerPort = 6443
+	}
+	if s.ControlPlane.EtcdPort == 0 {
+		s.ControlPlane.EtcdPort = 2379
+	}
+	if s.ControlPlane.ServiceCIDR == "" {
+		s.ControlPlane.ServiceCIDR = "10.0.0.0/24"
+	}
+	if !nodeName.MatchString(s.Name) {
+		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)
+	}
+	seen := map[string]bool{}
+	for i, n := range s.Nodes {
+		if !nodeName.MatchString(n.Name) || seen[n.Name] {
+			return nil, fmt.Errorf("%s: nodes[%d].name %q: want a unique DNS label", path, i, n.Name)
+		}
+		seen[n.Name] = true
+		if n.Backend != "process" {
+			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process", path, i, n.Backend)
+		}
+		for j, svc := range n.Services {
+			if svc != "config" {
+				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: the services that exist so far: config", path, i, j, svc)
+			}
+		}
+	}
+	return &s, nil
+}
+
+func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }

@@ -1,0 +1,65 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Main is TestMain for a package of integration tests that share one stack: it brings the
+// stack up (the default stack, or $UNITLET_STACK), runs the tests, and takes it down unless
+// $UNITLET_KEEP_STACK is set. A stack that does not come up fails the package with the
+// components' logs.
+func Main(m *testing.M, repo string, setShared func(*Harness)) int {
+	stack := os.Getenv("UNITLET_STACK")
+	if stack == "" {
+		stack = filepath.Join(repo, "integration", "stacks", "single-node.yaml")
+	}
+	h, err := New(stack, repo, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	if err := h.Up(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "the stack did not come up: %v\n%s", err, h.Logs(40))
+		_ = h.Down()
+		return 1
+	}
+	setShared(h)
+	code := m.Run()
+	if os.Getenv("UNITLET_KEEP_STACK") != "" {
+		fmt.Printf("keeping the stack (UNITLET_KEEP_STACK): %s\n", h.Dir())
+		return code
+	}
+	if err := h.Down(); err != nil {
+		fmt.Fprintf(os.Stderr, "down: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// WaitFor polls cond until it returns true or within passes; the failure names what was
+// awaited, the last state cond reported, and the end of every component's log.
+func (h *Harness) WaitFor(t testing.TB, within time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	last := ""
+	for {
+		ok, state := cond(ctx)
+		if ok {
+			return
+		}
+		last = state
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %s; last: %s\n%s", what, within, last, h.Logs(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
