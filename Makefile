@@ -29,9 +29,9 @@ LDFLAGS := -X github.com/unitlet/unitlet/shared/version.Version=$(VERSION) \
 # Every module of the workspace, as package patterns.
 PKGS := ./... ./proto/... ./shared/... ./services/config/... ./integration/...
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/config/...
-CMDS := unitlet-config unitletctl
+CMDS := unitlet-config unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration proto proto-check lint bench fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench fuzz run clean tools
 
 all: build
 
@@ -51,9 +51,30 @@ test: prereqs proto-check lint test-unit test-integration
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-## test-integration: real processes under systemd-socket-activate, unit files under systemd-analyze
-test-integration: build
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 ./integration/... ./systemd/...
+## test-integration: real processes under systemd-socket-activate, unit files under
+## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min)
+test-integration: build harness-binaries
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m ./integration/... ./systemd/...
+
+## harness-binaries: etcd and the Kubernetes control plane, built from the pinned modules
+## in integration/tools into the cache (~/.cache/unitlet) unless already there
+harness-binaries:
+	$(GO) run ./cmd/unitlet-harness build
+
+## cluster: the default stack (control plane + a unitlet node) up, and how to use it
+cluster: prereqs
+	$(GO) run ./cmd/unitlet-harness up
+	@echo; echo "== unitletctl status on node-1"; \
+	$(GO) run ./cmd/unitlet-harness exec node-1 -- unitletctl status config || true
+	@echo; echo "Point kubectl at it:"; \
+	echo "  export KUBECONFIG=$$($(GO) run ./cmd/unitlet-harness kubeconfig)"; \
+	echo "  $(CACHE)/kube-v1.36.3-r2/kubectl get namespaces"; \
+	echo "More: go run ./cmd/unitlet-harness status | logs [COMPONENT] | exec NODE -- CMD"; \
+	echo "Take it down with: make down"
+
+## down: the default stack down; removes its processes and files
+down:
+	$(GO) run ./cmd/unitlet-harness down
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs)
 bench:
