@@ -11,7 +11,13 @@ declare -A packages=(
 	[systemd-socket-activate]=systemd
 	[setpriv]=util-linux
 	[git]=git
+	[containerd]=containerd
+	[ctr]=containerd
+	[runc]=runc
 )
+# Debian packages checked by name (the harness needs the static busybox and the CNI plugins
+# in /usr/lib/cni, which no command names).
+by_name=(busybox-static containernetworking-plugins)
 
 have_go() {
 	command -v go >/dev/null 2>&1 || return 1
@@ -29,6 +35,9 @@ missing=()
 for cmd in "${!packages[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
 done
+for pkg in "${by_name[@]}"; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
 	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 	if [ "$(id -u)" -ne 0 ]; then
@@ -43,6 +52,12 @@ fi
 for cmd in "${!packages[@]}"; do
 	if ! command -v "$cmd" >/dev/null 2>&1; then
 		echo "prereqs: $cmd is still missing after installing ${packages[$cmd]}" >&2
+		exit 1
+	fi
+done
+for pkg in "${by_name[@]}"; do
+	if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+		echo "prereqs: package $pkg is still missing" >&2
 		exit 1
 	fi
 done

@@ -150,6 +150,14 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if h.stack.Runtime.Kind == "containerd" {
+		if err := h.ensure(ctx, st, h.containerd()); err != nil {
+			return err
+		}
+		if err := h.step("test images", func() (string, error) { return h.importImages(ctx) }); err != nil {
+			return err
+		}
+	}
 	client, err := h.AdminClient()
 	if err != nil {
 		return err
@@ -215,6 +223,27 @@ func (h *Harness) ensure(ctx context.Context, st *state, c component) error {
 	})
 }
 
+// Leftovers lists what of the stack still exists: processes recorded in st, shims of its
+// containerd, mounts and files under its directory. Empty after a complete Down.
+func (h *Harness) Leftovers(st *state) []string {
+	var out []string
+	for n, p := range st.Procs {
+		if p.alive() {
+			out = append(out, fmt.Sprintf("process %s (pid %d)", n, p.PID))
+		}
+	}
+	if pids := h.shimPIDs(); len(pids) > 0 {
+		out = append(out, fmt.Sprintf("containerd shims %v", pids))
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), " "+h.paths.root) {
+		out = append(out, "mounts under "+h.paths.root)
+	}
+	if _, err := os.Stat(h.paths.root); err == nil {
+		out = append(out, "directory "+h.paths.root)
+	}
+	return out
+}
+
 // Down stops everything the stack started and removes its directory.
 func (h *Harness) Down() error {
 	st := h.loadState()
@@ -223,9 +252,14 @@ func (h *Harness) Down() error {
 		names = append(names, n)
 	}
 	// Nodes first, then the control plane from the top.
-	order := map[string]int{"kube-scheduler": 1, "kube-controller-manager": 2, "kube-apiserver": 3, "etcd": 4}
+	order := map[string]int{"containerd": 1, "kube-scheduler": 2, "kube-controller-manager": 3, "kube-apiserver": 4, "etcd": 5}
 	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
 	var errs []error
+	if p := st.Procs["containerd"]; p.alive() {
+		if err := h.removeAllPods(context.Background()); err != nil {
+			fmt.Fprintf(h.out, "could not remove the pods through CRI (%v); killing their shims\n", err)
+		}
+	}
 	for _, n := range names {
 		p := st.Procs[n]
 		if err := p.stop(15 * time.Second); err != nil {
@@ -236,6 +270,10 @@ func (h *Harness) Down() error {
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
+	}
+	h.killShims()
+	if err := h.unmountUnder(h.paths.root); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(h.paths.root); err != nil {
 		return err

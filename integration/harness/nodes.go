@@ -63,6 +63,9 @@ authentication:
 # These machines have cgroup v1.
 failCgroupV1: false
 `, n.Name, f.ca.CertFile)
+	if h.stack.Runtime.Kind == "containerd" {
+		cfg += "containerRuntimeEndpoint: " + h.RuntimeEndpoint() + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -80,6 +82,30 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 	if p.alive() {
 		return errors.New(p.Name + " survived SIGKILL")
+	}
+	return nil
+}
+
+// unmountUnder unmounts everything mounted below dir (containerd's shm and rootfs mounts a
+// killed runtime may leave), deepest first.
+func (h *Harness) unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", m, err)
+		}
+		fmt.Fprintf(h.out, "unmounted %s\n", m)
 	}
 	return nil
 }

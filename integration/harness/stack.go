@@ -20,6 +20,7 @@ type Stack struct {
 	// Name names the stack; its data lives in <StateRoot>/<Name>.
 	Name         string       `json:"name"`
 	ControlPlane ControlPlane `json:"controlPlane"`
+	Runtime      Runtime      `json:"runtime"`
 	Nodes        []Node       `json:"nodes"`
 }
 
@@ -69,6 +70,14 @@ func LoadStack(path string) (*Stack, error) {
 	}
 	if s.ControlPlane.ServiceCIDR == "" {
 		s.ControlPlane.ServiceCIDR = "10.0.0.0/24"
+	}
+	switch s.Runtime.Kind {
+	case "", "containerd":
+	default:
+		return nil, fmt.Errorf("%s: runtime.kind %q: supported: containerd", path, s.Runtime.Kind)
+	}
+	if s.Runtime.PodSubnet == "" {
+		s.Runtime.PodSubnet = "10.88.0.0/16"
 	}
 	if !nodeName.MatchString(s.Name) {
 		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)

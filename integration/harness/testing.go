@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,10 +37,17 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 		fmt.Printf("keeping the stack (UNITLET_KEEP_STACK): %s\n", h.Dir())
 		return code
 	}
+	st := h.loadState()
 	if err := h.Down(); err != nil {
 		fmt.Fprintf(os.Stderr, "down: %v\n", err)
 		return 1
 	}
+	// down must leave nothing of the stack behind.
+	if left := h.Leftovers(st); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: down left behind: %s\n", strings.Join(left, "; "))
+		return 1
+	}
+	fmt.Println("down left nothing behind (processes, shims, mounts, files)")
 	return code
 }
 

@@ -1,6 +1,7 @@
-// Package controlplane proves the harness's control plane: real etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler, with TLS bootstrapping ready.
-package controlplane
+// Package harnesstest proves the harness against the real parts: etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler with TLS bootstrapping ready, and containerd
+// over CRI. All tests of the package share one stack.
+package harnesstest
 
 import (
 	"context"

@@ -1,0 +1,181 @@
+package harness
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Images of the test stack. No registry is reachable here: the harness builds them and
+// imports them into the stack's containerd.
+const (
+	PauseImage      = "unitlet.local/pause:1"
+	BusyboxImage    = "unitlet.local/busybox:1"
+	TestServerImage = "unitlet.local/testserver:1"
+)
+
+// imageFile is one file of an image's only layer.
+type imageFile struct {
+	mode    int64
+	content []byte
+	link    string // a symlink target, when set
+	dir     bool
+}
+
+// image is a single-layer image.
+type image struct {
+	ref   string
+	files map[string]imageFile
+	cmd   []string
+}
+
+// buildImages writes each test image as a docker-archive tar into the cache, named by the
+// digest of its content, and returns the tar paths. The same inputs give the same bytes.
+func (h *Harness) buildImages() (map[string]string, error) {
+	dir := filepath.Join(CacheDir(), "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	pause, err := h.goBinary("pause")
+	if err != nil {
+		return nil, err
+	}
+	server, err := h.goBinary("testserver")
+	if err != nil {
+		return nil, err
+	}
+	busybox, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return nil, fmt.Errorf("busybox: %w (install it: apt-get install -y busybox-static)", err)
+	}
+	base := func() map[string]imageFile {
+		return map[string]imageFile{
+			"tmp": {mode: 0o1777, dir: true}, "var/tmp": {mode: 0o1777, dir: true}, "var": {mode: 0o755, dir: true},
+			"root": {mode: 0o700, dir: true}, "home": {mode: 0o755, dir: true}, "proc": {mode: 0o755, dir: true},
+			"sys": {mode: 0o755, dir: true}, "dev": {mode: 0o755, dir: true}, "etc": {mode: 0o755, dir: true},
+			"bin":        {mode: 0o755, dir: true},
+			"etc/passwd": {mode: 0o644, content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+			"etc/group":  {mode: 0o644, content: []byte("root:x:0:\nnobody:x:65534:\n")},
+		}
+	}
+	bb := base()
+	bb["bin/busybox"] = imageFile{mode: 0o755, content: busybox}
+	for _, tool := range busyboxApplets {
+		bb["bin/"+tool] = imageFile{mode: 0o777, link: "busybox"}
+	}
+	ts := base()
+	ts["bin/testserver"] = imageFile{mode: 0o755, content: server}
+	images := []image{
+		{ref: PauseImage, files: map[string]imageFile{"pause": {mode: 0o755, content: pause}}, cmd: []string{"/pause"}},
+		{ref: BusyboxImage, files: bb, cmd: []string{"sh"}},
+		{ref: TestServerImage, files: ts, cmd: []string{"/bin/testserver", "serve"}},
+	}
+	out := map[string]string{}
+	for _, img := range images {
+		b, err := img.archive()
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", img.ref, err)
+		}
+		sum := sha256.Sum256(b)
+		path := filepath.Join(dir, hex.EncodeToString(sum[:8])+".tar")
+		if _, err := os.Stat(path); err != nil {
+			if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+				return nil, err
+			}
+			if err := os.Rename(path+".tmp", path); err != nil {
+				return nil, err
+			}
+		}
+		out[img.ref] = path
+	}
+	return out, nil
+}
+
+// busyboxApplets get links in the busybox image (never "busybox" itself).
+var busyboxApplets = []string{"sh", "cat", "echo", "ls", "sleep", "true", "false", "env", "id", "ps", "wget", "nc", "touch", "mkdir", "rm", "test", "date", "hostname", "grep", "head", "tail", "stat", "df", "du", "mount", "ip", "dd", "kill", "wc", "yes", "printf", "tee"}
+
+// goBinary builds one of integration/images as a static, reproducible binary.
+func (h *Harness) goBinary(name string) ([]byte, error) {
+	out := filepath.Join(h.paths.root, "images", name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, "./integration/images/"+name)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build %s: %v\n%s", name, err, b)
+	}
+	return os.ReadFile(out)
+}
+
+// archive is the image as a docker-archive tar: manifest.json, a config, one layer.
+func (img image) archive() ([]byte, error) {
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	names := make([]string, 0, len(img.files))
+	for n := range img.files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	epoch := time.Unix(0, 0)
+	for _, n := range names {
+		f := img.files[n]
+		hdr := &tar.Header{Name: n, Mode: f.mode, ModTime: epoch, Format: tar.FormatPAX}
+		switch {
+		case f.dir:
+			hdr.Typeflag, hdr.Name = tar.TypeDir, n+"/"
+		case f.link != "":
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, f.link
+		default:
+			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.content))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.content); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	diffID := sha256.Sum256(layer.Bytes())
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64",
+		"os":           "linux",
+		"created":      epoch.UTC().Format(time.RFC3339),
+		"config":       map[string]any{"Cmd": img.cmd, "Env": []string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	configSum := sha256.Sum256(config)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": []string{img.ref}, "Layers": []string{"layer.tar"}}})
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	otw := tar.NewWriter(&out)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{"manifest.json", manifest}, {configName, config}, {"layer.tar", layer.Bytes()}} {
+		if err := otw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := otw.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	return out.Bytes(), otw.Close()
+}

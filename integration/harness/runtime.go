@@ -1,0 +1,221 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Runtime is the stack's container runtime.
+type Runtime struct {
+	// Kind is "containerd", or empty for none.
+	Kind string `json:"kind"`
+	// PodSubnet is the bridge network's range for pod IPs.
+	PodSubnet string `json:"podSubnet"`
+}
+
+// ContainerdSocket is the CRI endpoint of the stack's containerd.
+func (h *Harness) ContainerdSocket() string {
+	return filepath.Join(h.paths.root, "containerd", "containerd.sock")
+}
+
+// RuntimeEndpoint is ContainerdSocket as a CRI endpoint URL.
+func (h *Harness) RuntimeEndpoint() string { return "unix://" + h.ContainerdSocket() }
+
+// containerdConfig gives the stack's containerd its own root, state and sockets, so that it
+// never meets a containerd the machine runs, and the settings these machines need.
+func (h *Harness) containerdConfig() (string, error) {
+	dir := filepath.Join(h.paths.root, "containerd")
+	cni := filepath.Join(dir, "cni")
+	if err := os.MkdirAll(cni, 0o755); err != nil {
+		return "", err
+	}
+	subnet := h.stack.Runtime.PodSubnet
+	conflist := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "unitlet-%[1]s",
+  "plugins": [
+    {"type": "bridge", "bridge": "ul-%[2]s", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "%[3]s"}]], "routes": [{"dst": "0.0.0.0/0"}],
+              "dataDir": "%[4]s"}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, h.stack.Name, shortName(h.stack.Name), subnet, filepath.Join(dir, "ipam"))
+	if err := os.WriteFile(filepath.Join(cni, "10-unitlet.conflist"), []byte(conflist), 0o644); err != nil {
+		return "", err
+	}
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[debug]
+  address = %[5]q
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  # Processes here lack CAP_SYS_RESOURCE: a negative oom_score_adj fails every sandbox.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[7]q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), h.ContainerdSocket(),
+		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni)
+	path := filepath.Join(dir, "config.toml")
+	return path, os.WriteFile(path, []byte(config), 0o644)
+}
+
+// shortName fits a bridge name's 15 characters.
+func shortName(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func (h *Harness) containerd() component {
+	return component{
+		name: "containerd",
+		start: func() (*proc, error) {
+			for _, tool := range []struct{ cmd, pkg string }{{"containerd", "containerd"}, {"runc", "runc"}, {"/usr/lib/cni/bridge", "containernetworking-plugins"}} {
+				if _, err := exec.LookPath(tool.cmd); err != nil {
+					return nil, fmt.Errorf("%s is missing: apt-get install -y %s (or make prereqs)", tool.cmd, tool.pkg)
+				}
+			}
+			cfg, err := h.containerdConfig()
+			if err != nil {
+				return nil, err
+			}
+			return startProcess(h.paths.logs, "containerd", nil, "containerd", "--config", cfg)
+		},
+		ready: func(ctx context.Context) error {
+			rt, err := h.CRI()
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			st, err := rt.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			for _, c := range st.GetStatus().GetConditions() {
+				if !c.Status {
+					return fmt.Errorf("runtime condition %s: %s", c.Type, c.Message)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// importImages builds the test images and imports them into the stack's containerd.
+func (h *Harness) importImages(ctx context.Context) (string, error) {
+	tars, err := h.buildImages()
+	if err != nil {
+		return "", err
+	}
+	var refs []string
+	for ref, tar := range tars {
+		cmd := exec.CommandContext(ctx, "ctr", "--address", h.ContainerdSocket(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tar)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("import %s: %v\n%s", ref, err, out)
+		}
+		refs = append(refs, ref)
+	}
+	return " (" + strings.Join(refs, ", ") + ")", nil
+}
+
+// CRIClient talks CRI to the stack's containerd.
+type CRIClient struct {
+	conn    *grpc.ClientConn
+	Runtime runtimeapi.RuntimeServiceClient
+	Images  runtimeapi.ImageServiceClient
+}
+
+// Close closes the connection.
+func (c *CRIClient) Close() error { return c.conn.Close() }
+
+// CRI connects to the stack's containerd over CRI v1.
+func (h *Harness) CRI() (*CRIClient, error) {
+	conn, err := grpc.NewClient("unix://"+h.ContainerdSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second}))
+	if err != nil {
+		return nil, err
+	}
+	return &CRIClient{conn: conn, Runtime: runtimeapi.NewRuntimeServiceClient(conn), Images: runtimeapi.NewImageServiceClient(conn)}, nil
+}
+
+// removeAllPods stops and removes every pod sandbox of the stack's containerd.
+func (h *Harness) removeAllPods(ctx context.Context) error {
+	rt, err := h.CRI()
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	pods, err := rt.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.GetItems() {
+		if _, err := rt.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			return fmt.Errorf("stop pod %s: %w", p.GetMetadata().GetName(), err)
+		}
+		if _, err := rt.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			return fmt.Errorf("remove pod %s: %w", p.GetMetadata().GetName(), err)
+		}
+		fmt.Fprintf(h.out, "removed pod %s/%s\n", p.GetMetadata().GetNamespace(), p.GetMetadata().GetName())
+	}
+	return nil
+}
+
+// killShims kills containerd shims left behind by the stack's containerd (they outlive it
+// by design), with whatever they run.
+func (h *Harness) killShims() {
+	for _, pid := range h.shimPIDs() {
+		p := &proc{Name: "containerd-shim", PID: pid}
+		_ = p.stop(5 * time.Second)
+		fmt.Fprintf(h.out, "stopped a containerd shim (pid %d)\n", pid)
+	}
+}
+
+// shimPIDs are the live shims of the stack's containerd.
+func (h *Harness) shimPIDs() []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 1 {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if strings.Contains(args[0], "containerd-shim") && strings.Contains(string(cmdline), h.ContainerdSocket()) && (&proc{PID: pid}).alive() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -1,0 +1,107 @@
+package harnesstest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/integration/harness"
+)
+
+// TestCRISandboxAndContainerRun runs a pod sandbox and a busybox container through CRI on
+// the stack's containerd, reads its output at the CRI log path, and cleans up.
+func TestCRISandboxAndContainerRun(t *testing.T) {
+	rt, err := stack.CRI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, img := range []string{harness.PauseImage, harness.BusyboxImage, harness.TestServerImage} {
+		st, err := rt.Images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}})
+		if err != nil || st.GetImage() == nil {
+			t.Fatalf("image %s is not in the runtime: %v", img, err)
+		}
+	}
+
+	uid := fmt.Sprintf("harness-%d", time.Now().UnixNano())
+	logDir := filepath.Join(t.TempDir(), "pods", "default_cri-test_"+uid)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	podConfig := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "cri-test", Namespace: "default", Uid: uid},
+		Hostname:     "cri-test",
+		LogDirectory: logDir,
+		Labels:       map[string]string{"io.kubernetes.pod.name": "cri-test", "io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.uid": uid},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+	pod, err := rt.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v\n%s", err, stack.Logs(30, "containerd"))
+	}
+	removed := false
+	defer func() {
+		if !removed {
+			rt.Runtime.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+			rt.Runtime.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+		}
+	}()
+	ps, err := rt.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod.PodSandboxId})
+	if err != nil || ps.GetStatus().GetNetwork().GetIp() == "" {
+		t.Fatalf("the sandbox has no IP from the bridge network: %v %v", err, ps.GetStatus().GetNetwork())
+	}
+
+	c, err := rt.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: pod.PodSandboxId,
+		Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "hello"},
+			Image:    &runtimeapi.ImageSpec{Image: harness.BusyboxImage},
+			Command:  []string{"sh", "-c", "echo hello from $(hostname); echo ok > /tmp/x && cat /tmp/x"},
+			LogPath:  "hello/0.log",
+		},
+		SandboxConfig: podConfig,
+	})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	if _, err := rt.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	stack.WaitFor(t, time.Minute, "the container exits 0", func(ctx context.Context) (bool, string) {
+		st, err := rt.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ContainerId})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := st.GetStatus()
+		return s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetExitCode() == 0, fmt.Sprintf("%s exit %d %s", s.GetState(), s.GetExitCode(), s.GetMessage())
+	})
+	log, err := os.ReadFile(filepath.Join(logDir, "hello", "0.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CRI log lines: <time> <stream> <tag> <text>.
+	if !strings.Contains(string(log), " stdout F hello from cri-test") || !strings.Contains(string(log), " stdout F ok") {
+		t.Fatalf("CRI log:\n%s", log)
+	}
+
+	if _, err := rt.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	removed = true
+	cs, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: pod.PodSandboxId}})
+	if err != nil || len(cs.GetContainers()) != 0 {
+		t.Fatalf("containers left after removing the sandbox: %v %v", cs.GetContainers(), err)
+	}
+}
