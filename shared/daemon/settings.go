@@ -6,8 +6,11 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -40,9 +43,53 @@ func ParseEnv(v any, environ map[string]string) error {
 		opts.Environment = environ
 	}
 	if err := env.ParseWithOptions(v, opts); err != nil {
-		return ConfigError(fmt.Errorf("environment: %w", err))
+		return ConfigError(fmt.Errorf("environment: %s", describeEnvError(v, err)))
 	}
 	return nil
+}
+
+// describeEnvError names the variable a parse error is about; the library names the Go field.
+func describeEnvError(v any, err error) string {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err.Error()
+	}
+	var msgs []string
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if tag, ok := envTag(reflect.TypeOf(v), pe.Name); ok {
+				msgs = append(msgs, fmt.Sprintf("%s%s: %v", EnvPrefix, tag, pe.Err))
+				continue
+			}
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// envTag finds the env tag of the field called name in struct t or its embedded structs.
+func envTag(t reflect.Type, name string) (string, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return "", false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Name == name {
+			if tag, _, _ := strings.Cut(f.Tag.Get("env"), ","); tag != "" {
+				return f.Tag.Get("envPrefix") + tag, true
+			}
+		}
+		if f.Type.Kind() == reflect.Struct {
+			if tag, ok := envTag(f.Type, name); ok {
+				return f.Tag.Get("envPrefix") + tag, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Validate checks the settings' values.
