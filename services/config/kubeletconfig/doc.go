@@ -1,15 +1,29 @@
 // Package kubeletconfig loads a node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1)
-// the way the kubelet does, with errors a person can act on.
+// the way the kubelet v1.36 does, with errors a person can act on.
 //
-// Inputs are applied in this order, each over the ones before it (so the later wins):
+// Precedence, highest first: flags > environment > drop-ins > file > defaults. Load applies
+// the inputs lowest first, each over the ones before it:
 //
-//  1. the kubelet's defaults (applied last, to fields nothing else set),
-//  2. the --config file, YAML or JSON, strictly decoded,
-//  3. the --config-dir drop-ins: every *.conf, in lexical order, as JSON merge patches,
-//  4. UNITLET_* environment variables that set config fields,
-//  5. command-line flags that set config fields.
+//  1. the kubelet's defaults, for every field nothing below sets;
+//  2. the --config file, YAML or JSON, which must say apiVersion
+//     kubelet.config.k8s.io/v1beta1 and kind KubeletConfiguration; its relative paths
+//     (staticPodPath, tlsCertFile, authentication.x509.clientCAFile, ...) are taken
+//     relative to the file's directory;
+//  3. the --config-dir drop-ins: every *.conf directly in the directory, in lexical
+//     order, each a KubeletConfiguration merged over the result so far as a JSON merge
+//     patch (RFC 7386: maps merge key by key, lists are replaced, null removes);
+//  4. UNITLET_* environment variables that set configuration fields, as merge patches;
+//  5. command-line flags that set configuration fields, as merge patches.
 //
-// That is: flags > environment > drop-ins > file > defaults.
+// As in the kubelet, evictionHard is the one default settled on the file before the
+// drop-ins: when the file sets none, the default thresholds are in place and a drop-in
+// changes them signal by signal (null removes one); when the file sets some, only those
+// apply, plus the missing defaults if mergeDefaultEvictionSettings is true.
 //
-// Every error is one line naming the file (or the flags or variables) and the JSON field path.
+// Decoding is strict everywhere: an unknown field (names are case-sensitive), a value of
+// the wrong type, an invalid duration or quantity, or a field set twice is an error. Every
+// error Load returns for bad input is an *Error: one line naming the file (or the
+// variables or flags) that set the field and the field's JSON path, e.g.
+//
+//	/etc/unitlet/config.d/50-gc.conf: field imageGCLowThresholdPercent: Invalid value: 90: must be less than imageGCHighThresholdPercent (85)
 package kubeletconfig

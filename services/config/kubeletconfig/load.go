@@ -1,7 +1,6 @@
 package kubeletconfig
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,16 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
-	"sigs.k8s.io/yaml"
 )
 
-// The group, version and kind every input must declare.
+// The group, version and kind every file and drop-in must declare.
 const (
 	APIVersion = "kubelet.config.k8s.io/v1beta1"
 	Kind       = "KubeletConfiguration"
@@ -27,7 +24,7 @@ const (
 // SourceKind says where a part of the configuration came from.
 type SourceKind int
 
-// The kinds of sources, in the order they apply.
+// The kinds of sources, lowest precedence first.
 const (
 	SourceDefaults SourceKind = iota
 	SourceFile
@@ -55,14 +52,16 @@ func (k SourceKind) String() string {
 // Source is one input of the configuration.
 type Source struct {
 	Kind SourceKind
-	// Name is the file's path, or the variables' or flags' names.
+	// Name is the file's path, or the names of the variables or flags; empty for defaults.
 	Name string
-	// SHA256 is the hex digest of a file's content.
+	// SHA256 is the hex digest of a file's bytes; empty for the other kinds.
 	SHA256 string
 }
 
-// Override is a JSON merge patch over the configuration from the environment or the flags,
-// e.g. {"maxPods": 50}.
+// Override is a JSON merge patch over the configuration from the environment or the
+// flags, e.g. {"maxPods": 50, "clusterDNS": ["10.0.0.10"]}. Overrides apply after the
+// drop-ins, in the order given. As in any merge patch, a map merges key by key, a list
+// replaces the list, and null removes the field (its default applies again).
 type Override struct {
 	Kind  SourceKind
 	Name  string
@@ -73,43 +72,46 @@ type Override struct {
 type Result struct {
 	// Config is decoded, defaulted and valid.
 	Config *v1beta1.KubeletConfiguration
-	// JSON is Config with apiVersion and kind; the same inputs give the same bytes.
+	// JSON is Config with apiVersion and kind, as encoding/json writes it: the same
+	// inputs give the same bytes. It is final: whoever decodes it must not apply
+	// defaults again (an empty evictionHard, say, is absent here and means none).
 	JSON []byte
-	// Sources are the inputs in the order they were applied.
+	// Sources are the inputs in the order they were applied: the defaults, the file,
+	// the drop-ins, the overrides.
 	Sources []Source
 }
 
 // Error is bad input: one line naming the file (or override) and the field.
 type Error struct {
-	File  string
+	// File is the path of the file, or the Name of the override.
+	File string
+	// Field is the JSON path of the field, e.g. "authentication.webhook.cacheTTL" or
+	// "evictionHard[memory.available]"; empty when the error is not about one field.
 	Field string
 	Msg   string
 }
 
 func (e *Error) Error() string {
-	msg := strings.ReplaceAll(e.Msg, "\n", " ")
+	msg := oneLine(e.Msg)
 	if e.Field == "" {
-		return fmt.Sprintf("%s: %s", e.File, msg)
+		return fmt.Sprintf("%s: %s", oneLine(e.File), msg)
 	}
-	return fmt.Sprintf("%s: field %s: %s", e.File, e.Field, msg)
+	return fmt.Sprintf("%s: field %s: %s", oneLine(e.File), oneLine(e.Field), msg)
 }
 
-// Load reads file (none when empty), merges the *.conf drop-ins of dropInDir (none when empty
-// or missing), applies overrides, the kubelet's defaults, and validates.
+// Load reads file (none when empty), merges the *.conf drop-ins directly in dropInDir
+// (none when empty or missing) in lexical order, applies the overrides, the kubelet's
+// defaults, and validates. Bad input is an *Error.
+//
+// As the kubelet does, the default evictionHard thresholds are settled on the file
+// before the drop-ins merge over it: when the file sets no evictionHard the defaults
+// are there for a drop-in to change signal by signal. Every other default applies
+// after the last override, to the fields nothing set.
 func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 	res := &Result{Sources: []Source{{Kind: SourceDefaults}}}
-	merged := []byte(`{}`)
-	// owner records which input last set each top-level field, to blame the right one.
-	owner := map[string]string{}
-	blame := func(name string, doc []byte) {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(doc, &m) == nil {
-			for k := range m {
-				owner[k] = name
-			}
-		}
-	}
+	var own owners
 
+	base := map[string]any{"apiVersion": APIVersion, "kind": Kind}
 	if file != "" {
 		raw, err := readFile(file)
 		if err != nil {
@@ -119,12 +121,15 @@ func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if doc, err = resolveRelativePaths(file, doc); err != nil {
-			return nil, err
-		}
-		merged = doc
-		blame(file, doc)
+		resolveRelativePaths(doc, filepath.Dir(file))
+		base = doc
+		own.record(file, doc)
 		res.Sources = append(res.Sources, Source{Kind: SourceFile, Name: file, SHA256: digest(raw)})
+	}
+	settleEvictionHard(base)
+	merged, err := json.Marshal(base)
+	if err != nil {
+		return nil, fmt.Errorf("encode the configuration file %s: %w", file, err)
 	}
 
 	dropIns, err := listDropIns(dropInDir)
@@ -140,53 +145,62 @@ func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if merged, err = jsonpatch.MergePatch(merged, doc); err != nil {
-			return nil, &Error{File: path, Msg: "merge: " + err.Error()}
+		if merged, err = mergePatch(merged, doc); err != nil {
+			return nil, &Error{File: path, Msg: err.Error()}
 		}
-		blame(path, doc)
+		own.record(path, doc)
 		res.Sources = append(res.Sources, Source{Kind: SourceDropIn, Name: path, SHA256: digest(raw)})
 	}
 
 	for _, o := range overrides {
-		patch, err := json.Marshal(o.Patch)
+		doc, err := overrideDoc(o)
 		if err != nil {
-			return nil, &Error{File: o.Name, Msg: err.Error()}
+			return nil, err
 		}
-		if merged, err = jsonpatch.MergePatch(merged, patch); err != nil {
-			return nil, &Error{File: o.Name, Msg: "merge: " + err.Error()}
+		if doc != nil {
+			if merged, err = mergePatch(merged, doc); err != nil {
+				return nil, &Error{File: o.Name, Msg: err.Error()}
+			}
+			own.record(o.Name, doc)
 		}
-		blame(o.Name, patch)
 		res.Sources = append(res.Sources, Source{Kind: o.Kind, Name: o.Name})
 	}
 
-	mainName := file
-	if mainName == "" {
-		mainName = "configuration"
+	fallback := file
+	if fallback == "" {
+		fallback = res.Sources[len(res.Sources)-1].Name
 	}
-	whose := func(field string) string {
-		top, _, _ := strings.Cut(field, ".")
-		top, _, _ = strings.Cut(top, "[")
-		if n, ok := owner[top]; ok {
-			return n
-		}
-		return mainName
+	if fallback == "" {
+		fallback = "defaults"
 	}
 
 	var kc v1beta1.KubeletConfiguration
 	if field, msg := decodeStrict(merged, &kc); msg != "" {
-		return nil, &Error{File: whose(field), Field: field, Msg: msg}
+		return nil, &Error{File: own.blame(field, fallback), Field: field, Msg: msg}
 	}
-	if kc.APIVersion == "" && kc.Kind == "" {
-		kc.APIVersion, kc.Kind = APIVersion, Kind
+	if kc.APIVersion != APIVersion || kc.Kind != Kind {
+		// Only an override can get here: files and drop-ins are checked as they are read.
+		field := "apiVersion"
+		if kc.APIVersion == APIVersion {
+			field = "kind"
+		}
+		return nil, &Error{File: own.blame(field, fallback), Field: field, Msg: "an override may not change apiVersion or kind"}
 	}
-	Default(&kc)
+	defaultFields(&kc)
+	if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
+		mergeDefaultEvictionHard(&kc)
+	}
 	if errs := Validate(&kc); len(errs) > 0 {
 		first := errs[0]
 		msg := first.ErrorBody()
-		if len(errs) > 1 {
-			msg += fmt.Sprintf(" (and %d more)", len(errs)-1)
+		switch n := len(errs) - 1; n {
+		case 0:
+		case 1:
+			msg += " (and 1 more error)"
+		default:
+			msg += fmt.Sprintf(" (and %d more errors)", n)
 		}
-		return nil, &Error{File: whose(first.Field), Field: first.Field, Msg: msg}
+		return nil, &Error{File: own.blame(first.Field, fallback), Field: first.Field, Msg: msg}
 	}
 	out, err := json.Marshal(&kc)
 	if err != nil {
@@ -194,6 +208,42 @@ func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 	}
 	res.Config, res.JSON = &kc, out
 	return res, nil
+}
+
+// overrideDoc checks an override and returns it as a JSON object (nil when it is empty):
+// it must decode strictly into a KubeletConfiguration, so that a wrong name or value names
+// the override and the field.
+func overrideDoc(o Override) (map[string]any, error) {
+	if len(o.Patch) == 0 {
+		return nil, nil
+	}
+	raw, err := json.Marshal(o.Patch)
+	if err != nil {
+		return nil, &Error{File: o.Name, Msg: "cannot encode as JSON: " + err.Error()}
+	}
+	var kc v1beta1.KubeletConfiguration
+	if field, msg := decodeStrict(raw, &kc); msg != "" {
+		return nil, &Error{File: o.Name, Field: field, Msg: msg}
+	}
+	doc, err := jsonObject(raw)
+	if err != nil {
+		return nil, &Error{File: o.Name, Msg: err.Error()}
+	}
+	return doc, nil
+}
+
+// mergePatch applies patch to doc as a JSON merge patch (RFC 7386), as the kubelet
+// merges its drop-ins.
+func mergePatch(doc []byte, patch map[string]any) ([]byte, error) {
+	p, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encode as JSON: %w", err)
+	}
+	out, err := jsonpatch.MergePatch(doc, p)
+	if err != nil {
+		return nil, fmt.Errorf("merge: %w", err)
+	}
+	return out, nil
 }
 
 func readFile(path string) ([]byte, error) {
@@ -213,7 +263,8 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// listDropIns returns the *.conf files directly in dir, in lexical order.
+// listDropIns returns the regular files (or links to them) named *.conf directly in dir,
+// in lexical order.
 func listDropIns(dir string) ([]string, error) {
 	if dir == "" {
 		return nil, nil
@@ -223,6 +274,10 @@ func listDropIns(dir string) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
 		return nil, &Error{File: dir, Msg: "cannot read the drop-in directory: " + err.Error()}
 	}
 	var out []string
@@ -231,107 +286,133 @@ func listDropIns(dir string) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		fi, err := os.Stat(path) // follows symlinks
+		fi, err := os.Stat(path) // follows links
 		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
 			return nil, &Error{File: path, Msg: "cannot read: " + err.Error()}
 		}
 		if fi.Mode().IsRegular() {
 			out = append(out, path)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out, nil
 }
 
-// parse turns one input, YAML or JSON, into a JSON object, checking its apiVersion and kind
-// and that it decodes strictly.
-func parse(name string, raw []byte) ([]byte, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, &Error{File: name, Msg: "the file is empty; it needs at least apiVersion: " + APIVersion + " and kind: " + Kind}
+// owners remembers which input last set each field, to blame the right one for an error.
+// Keys are field paths cut into segments ("evictionHard", "memory.available") and joined
+// with a NUL byte; every object key at every depth is recorded, lists and scalars whole.
+type owners map[string]string
+
+func (o *owners) record(name string, doc map[string]any) {
+	if *o == nil {
+		*o = owners{}
 	}
-	doc, err := yaml.YAMLToJSONStrict(raw)
-	if err != nil {
-		msg := oneLine(err.Error())
-		if m := duplicateKey.FindStringSubmatch(msg); m != nil {
-			return nil, &Error{File: name, Field: m[2], Msg: fmt.Sprintf("set twice (line %s)", m[1])}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
 		}
-		return nil, &Error{File: name, Msg: "not valid YAML or JSON: " + msg}
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &top); err != nil || top == nil {
-		return nil, &Error{File: name, Msg: "want a KubeletConfiguration object, got " + describe(doc)}
-	}
-	var tm struct {
-		APIVersion any `json:"apiVersion"`
-		Kind       any `json:"kind"`
-	}
-	_ = json.Unmarshal(doc, &tm)
-	if tm.APIVersion != APIVersion {
-		return nil, &Error{File: name, Field: "apiVersion", Msg: fmt.Sprintf("want %s, got %s", APIVersion, shown(tm.APIVersion))}
-	}
-	if tm.Kind != Kind {
-		return nil, &Error{File: name, Field: "kind", Msg: fmt.Sprintf("want %s, got %s", Kind, shown(tm.Kind))}
-	}
-	var kc v1beta1.KubeletConfiguration
-	if field, msg := decodeStrict(doc, &kc); msg != "" {
-		return nil, &Error{File: name, Field: field, Msg: msg}
-	}
-	return doc, nil
-}
-
-// duplicateKey matches the YAML decoder's report of a key set twice.
-var duplicateKey = regexp.MustCompile(`line (\d+): key "([^"]*)" already set in map`)
-
-func shown(v any) string {
-	if v == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%q", fmt.Sprint(v))
-}
-
-func describe(doc []byte) string {
-	s := strings.TrimSpace(string(doc))
-	switch {
-	case s == "null":
-		return "nothing"
-	case strings.HasPrefix(s, "["):
-		return "a list"
-	case strings.HasPrefix(s, `"`):
-		return "a string"
-	}
-	return "a scalar"
-}
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// resolveRelativePaths makes the file's relative paths relative to the file's directory, as
-// the kubelet does.
-func resolveRelativePaths(file string, doc []byte) ([]byte, error) {
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		return nil, &Error{File: file, Msg: err.Error()}
-	}
-	base := filepath.Dir(file)
-	changed := false
-	fix := func(obj map[string]any, key string) {
-		s, ok := obj[key].(string)
-		if ok && s != "" && !filepath.IsAbs(s) {
-			obj[key] = filepath.Join(base, s)
-			changed = true
+		for k, sub := range m {
+			key := k
+			if prefix != "" {
+				key = prefix + "\x00" + k
+			}
+			(*o)[key] = name
+			walk(key, sub)
 		}
 	}
-	for _, k := range []string{"staticPodPath", "tlsCertFile", "tlsPrivateKeyFile", "resolvConf", "volumePluginDir", "podLogsDir"} {
-		fix(m, k)
-	}
-	if authn, ok := m["authentication"].(map[string]any); ok {
-		if x509, ok := authn["x509"].(map[string]any); ok {
-			fix(x509, "clientCAFile")
+	walk("", doc)
+}
+
+// blame names the input that last set field, or the input that last set a field the
+// check compares it with, or else fallback.
+func (o owners) blame(field, fallback string) string {
+	for _, f := range append([]string{field}, relatedFields(field)...) {
+		segs := splitPath(f)
+		for i := len(segs); i > 0; i-- {
+			if name, ok := o[strings.Join(segs[:i], "\x00")]; ok {
+				return name
+			}
 		}
 	}
-	if !changed {
-		return doc, nil
+	return fallback
+}
+
+// relatedFields are the fields a cross-field check on field compares it with.
+func relatedFields(field string) []string {
+	segs := splitPath(field)
+	if len(segs) == 0 {
+		return nil
 	}
-	return json.Marshal(m)
+	switch segs[0] {
+	case "imageGCLowThresholdPercent":
+		return []string{"imageGCHighThresholdPercent"}
+	case "imageGCHighThresholdPercent":
+		return []string{"imageGCLowThresholdPercent"}
+	case "imageMaximumGCAge":
+		return []string{"imageMinimumGCAge"}
+	case "evictionSoftGracePeriod":
+		if len(segs) > 1 {
+			return []string{"evictionSoft[" + segs[1] + "]"}
+		}
+	case "maxParallelImagePulls":
+		return []string{"serializeImagePulls"}
+	case "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority":
+		return []string{"shutdownGracePeriod"}
+	case "preloadedImagesVerificationAllowlist":
+		return []string{"imagePullCredentialsVerificationPolicy"}
+	case "enableSystemLogQuery":
+		return []string{"enableSystemLogHandler"}
+	case "cgroupRoot":
+		return []string{"systemCgroups"}
+	case "systemReservedCgroup", "kubeReservedCgroup":
+		return []string{"enforceNodeAllocatable"}
+	case "enforceNodeAllocatable":
+		return []string{"cgroupsPerQOS"}
+	case "tlsCertFile":
+		return []string{"tlsPrivateKeyFile"}
+	case "tlsPrivateKeyFile":
+		return []string{"tlsCertFile"}
+	}
+	return nil
+}
+
+// splitPath cuts a field path such as "a.b[c.d][0].e" into "a", "b", "c.d", "0", "e".
+func splitPath(p string) []string {
+	var segs []string
+	var cur strings.Builder
+	flush := func() {
+		if cur.Len() > 0 {
+			segs = append(segs, cur.String())
+			cur.Reset()
+		}
+	}
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '.':
+			flush()
+		case '[':
+			flush()
+			end := strings.IndexByte(p[i:], ']')
+			if end < 0 {
+				end = len(p) - i
+			}
+			segs = append(segs, p[i+1:i+end])
+			i += end
+		default:
+			cur.WriteByte(p[i])
+		}
+	}
+	flush()
+	return segs
+}
+
+// oneLine puts s on one line.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
 }

@@ -2,36 +2,69 @@ package kubeletconfig
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+	"unicode"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	cliflag "k8s.io/component-base/cli/flag"
+	tracingapi "k8s.io/component-base/tracing/api/v1"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/cpuset"
 )
 
 // evictionSignals are the signals the kubelet's eviction manager knows on Linux.
-var evictionSignals = map[string]bool{
-	"memory.available": true, "nodefs.available": true, "nodefs.inodesFree": true,
-	"imagefs.available": true, "imagefs.inodesFree": true, "containerfs.available": true,
-	"containerfs.inodesFree": true, "allocatableMemory.available": true, "pid.available": true,
+var evictionSignals = []string{
+	"allocatableMemory.available", "containerfs.available", "containerfs.inodesFree",
+	"imagefs.available", "imagefs.inodesFree", "memory.available",
+	"nodefs.available", "nodefs.inodesFree", "pid.available",
 }
 
 // reservableResources may appear in kubeReserved and systemReserved.
-var reservableResources = map[string]bool{"cpu": true, "memory": true, "ephemeral-storage": true, "pid": true}
+var reservableResources = []string{"cpu", "ephemeral-storage", "memory", "pid"}
 
-// Validate checks the fields unitlet uses, as the kubelet does; errors carry JSON field
-// paths. It expects a defaulted configuration.
+// The values enforceNodeAllocatable may hold.
+const (
+	enforcePods                       = "pods"
+	enforceSystemReserved             = "system-reserved"
+	enforceSystemReservedCompressible = "system-reserved-compressible"
+	enforceKubeReserved               = "kube-reserved"
+	enforceKubeReservedCompressible   = "kube-reserved-compressible"
+	enforceNone                       = "none"
+)
+
+// Validate checks c as the kubelet v1.36 does when it starts (its configuration
+// validation, and the parsing of eviction thresholds and reserved resources that fails
+// its start), and a few checks of its own: durations that must be positive, addresses
+// that must be IPs, paths that must be absolute. Errors carry JSON field paths. It
+// expects a defaulted configuration; a field left nil is not checked.
 func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 	var errs field.ErrorList
+	add := func(e *field.Error) { errs = append(errs, e) }
+	gates := featureGates(c.FeatureGates)
+
+	// Feature gates the checks below depend on.
+	known := knownGates()
+	for _, name := range sortedKeys(c.FeatureGates) {
+		if g, ok := known[name]; ok && g.locked && c.FeatureGates[name] != g.def {
+			add(field.Forbidden(field.NewPath("featureGates").Key(name), fmt.Sprintf("the feature is locked to %t", g.def)))
+		}
+	}
+
+	// Durations.
 	positive := func(name string, d metav1.Duration) {
 		if d.Duration <= 0 {
-			errs = append(errs, field.Invalid(field.NewPath(name), d.Duration.String(), "must be greater than zero"))
+			add(field.Invalid(path(name), d.Duration.String(), "must be greater than zero"))
 		}
 	}
 	positive("syncFrequency", c.SyncFrequency)
@@ -43,224 +76,579 @@ func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 	positive("streamingConnectionIdleTimeout", c.StreamingConnectionIdleTimeout)
 	positive("evictionPressureTransitionPeriod", c.EvictionPressureTransitionPeriod)
 	positive("volumeStatsAggPeriod", c.VolumeStatsAggPeriod)
-	positive("imageMinimumGCAge", c.ImageMinimumGCAge)
-	if c.ImageMaximumGCAge.Duration < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("imageMaximumGCAge"), c.ImageMaximumGCAge.Duration.String(), "must not be negative"))
-	} else if c.ImageMaximumGCAge.Duration > 0 && c.ImageMaximumGCAge.Duration <= c.ImageMinimumGCAge.Duration {
-		errs = append(errs, field.Invalid(field.NewPath("imageMaximumGCAge"), c.ImageMaximumGCAge.Duration.String(), "must be greater than imageMinimumGCAge"))
+	positive("cpuManagerReconcilePeriod", c.CPUManagerReconcilePeriod)
+	positive("authentication.webhook.cacheTTL", c.Authentication.Webhook.CacheTTL)
+	positive("authorization.webhook.cacheAuthorizedTTL", c.Authorization.Webhook.CacheAuthorizedTTL)
+	positive("authorization.webhook.cacheUnauthorizedTTL", c.Authorization.Webhook.CacheUnauthorizedTTL)
+	if c.ImageMinimumGCAge.Duration < 0 {
+		add(field.Invalid(path("imageMinimumGCAge"), c.ImageMinimumGCAge.Duration.String(), "must not be negative"))
 	}
+	if d := c.ImageMaximumGCAge.Duration; d < 0 {
+		add(field.Invalid(path("imageMaximumGCAge"), d.String(), "must not be negative"))
+	} else if d > 0 && d <= c.ImageMinimumGCAge.Duration {
+		add(field.Invalid(path("imageMaximumGCAge"), d.String(), fmt.Sprintf("must be greater than imageMinimumGCAge (%s), or 0 for no limit", c.ImageMinimumGCAge.Duration)))
+	}
+	if p := c.CPUCFSQuotaPeriod; p != nil {
+		if gates.enabled(gateCustomCPUCFSQuotaPeriod) {
+			if p.Duration < time.Millisecond || p.Duration > time.Second {
+				add(field.Invalid(path("cpuCFSQuotaPeriod"), p.Duration.String(), "must be between 1ms and 1s"))
+			}
+		} else if p.Duration != 100*time.Millisecond {
+			add(field.Forbidden(path("cpuCFSQuotaPeriod"), "may differ from 100ms only with the feature gate "+gateCustomCPUCFSQuotaPeriod))
+		}
+	}
+	if p := c.ContainerLogMonitorInterval; p != nil && p.Duration < 3*time.Second {
+		add(field.Invalid(path("containerLogMonitorInterval"), p.Duration.String(), "must be at least 3s"))
+	}
+	if p := c.CrashLoopBackOff.MaxContainerRestartPeriod; gates.enabled(gateKubeletCrashLoopBackOffMax) {
+		if p != nil && (p.Duration < time.Second || p.Duration > 300*time.Second) {
+			add(field.Invalid(path("crashLoopBackOff.maxContainerRestartPeriod"), p.Duration.String(), "must be between 1s and 300s"))
+		}
+	} else if p != nil {
+		add(field.Forbidden(path("crashLoopBackOff.maxContainerRestartPeriod"), "needs the feature gate "+gateKubeletCrashLoopBackOffMax))
+	}
+	errs = append(errs, validateShutdown(c, gates)...)
 
+	// Addresses and ports.
 	port := func(name string, p int32, zeroOK bool) {
-		if (p == 0 && zeroOK) || (p >= 1 && p <= 65535) {
+		if p == 0 && zeroOK || p >= 1 && p <= 65535 {
 			return
 		}
-		errs = append(errs, field.Invalid(field.NewPath(name), p, "must be a port between 1 and 65535"+map[bool]string{true: ", or 0 to disable", false: ""}[zeroOK]))
+		msg := "must be a port between 1 and 65535"
+		if zeroOK {
+			msg += ", or 0 to disable"
+		}
+		add(field.Invalid(path(name), p, msg))
 	}
 	port("port", c.Port, false)
 	port("readOnlyPort", c.ReadOnlyPort, true)
-	port("healthzPort", *c.HealthzPort, true)
-
-	ip := func(name, s string) {
-		if _, err := netip.ParseAddr(s); err != nil {
-			errs = append(errs, field.Invalid(field.NewPath(name), s, "must be an IP address"))
+	if c.HealthzPort != nil {
+		port("healthzPort", *c.HealthzPort, true)
+	}
+	ip := func(p *field.Path, s string) {
+		if a, err := netip.ParseAddr(s); err != nil || a.Zone() != "" {
+			add(field.Invalid(p, s, "must be an IP address"))
 		}
 	}
-	ip("address", c.Address)
-	ip("healthzBindAddress", c.HealthzBindAddress)
+	ip(path("address"), c.Address)
+	ip(path("healthzBindAddress"), c.HealthzBindAddress)
 	for i, s := range c.ClusterDNS {
-		if _, err := netip.ParseAddr(s); err != nil {
-			errs = append(errs, field.Invalid(field.NewPath("clusterDNS").Index(i), s, "must be an IP address"))
-		}
+		ip(path("clusterDNS").Index(i), s)
 	}
 	if c.ClusterDomain != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(strings.TrimSuffix(c.ClusterDomain, ".")) {
-			errs = append(errs, field.Invalid(field.NewPath("clusterDomain"), c.ClusterDomain, msg))
+			add(field.Invalid(path("clusterDomain"), c.ClusterDomain, msg))
+		}
+	}
+	if c.PodCIDR != "" {
+		if _, err := netip.ParsePrefix(c.PodCIDR); err != nil {
+			add(field.Invalid(path("podCIDR"), c.PodCIDR, "must be a CIDR such as 10.244.0.0/24"))
+		}
+	}
+	errs = append(errs, validateEndpoint(path("containerRuntimeEndpoint"), c.ContainerRuntimeEndpoint, true)...)
+	errs = append(errs, validateEndpoint(path("imageServiceEndpoint"), c.ImageServiceEndpoint, false)...)
+	if c.StaticPodURL != "" {
+		if u, err := url.Parse(c.StaticPodURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(field.Invalid(path("staticPodURL"), c.StaticPodURL, "must be an http:// or https:// URL"))
 		}
 	}
 
+	// TLS.
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		name, other := "tlsCertFile", "tlsPrivateKeyFile"
+		if c.TLSPrivateKeyFile == "" {
+			name, other = other, name
+		}
+		add(field.Required(path(name), "must be set together with "+other))
+	}
+	if c.TLSMinVersion != "" {
+		if _, err := cliflag.TLSVersion(c.TLSMinVersion); err != nil {
+			add(field.NotSupported(path("tlsMinVersion"), c.TLSMinVersion, cliflag.TLSPossibleVersions()))
+		}
+	}
+	for i, s := range c.TLSCipherSuites {
+		if _, err := cliflag.TLSCipherSuites([]string{s}); err != nil {
+			add(field.Invalid(path("tlsCipherSuites").Index(i), s, "unknown cipher suite"))
+		}
+	}
+	if c.ServerTLSBootstrap && !gates.enabled(gateRotateKubeletServerCertificate) {
+		add(field.Forbidden(path("serverTLSBootstrap"), "needs the feature gate "+gateRotateKubeletServerCertificate))
+	}
+
+	// Paths: the file's relative paths were made absolute when it was read; others have
+	// no directory to be relative to.
+	absolute := func(name, p string) {
+		if p != "" && !filepath.IsAbs(p) {
+			add(field.Invalid(path(name), p, "must be an absolute path"))
+		}
+	}
+	absolute("staticPodPath", c.StaticPodPath)
+	absolute("authentication.x509.clientCAFile", c.Authentication.X509.ClientCAFile)
+	absolute("tlsCertFile", c.TLSCertFile)
+	absolute("tlsPrivateKeyFile", c.TLSPrivateKeyFile)
+	if c.ResolverConfig != nil {
+		absolute("resolvConf", *c.ResolverConfig)
+	}
+	absolute("volumePluginDir", c.VolumePluginDir)
+	switch d := c.PodLogsDir; {
+	case d == "":
+		add(field.Required(path("podLogsDir"), ""))
+	case !filepath.IsAbs(d):
+		add(field.Invalid(path("podLogsDir"), d, "must be an absolute path"))
+	case filepath.Clean(d) != d:
+		add(field.Invalid(path("podLogsDir"), d, "must be a clean path (no trailing slash, '.' or '..')"))
+	case strings.IndexFunc(d, func(r rune) bool { return r > unicode.MaxASCII }) >= 0:
+		add(field.Invalid(path("podLogsDir"), d, "must be ASCII"))
+	}
+
+	// Counts, rates and limits.
 	nonNegative := func(name string, v int64) {
 		if v < 0 {
-			errs = append(errs, field.Invalid(field.NewPath(name), v, "must not be negative"))
+			add(field.Invalid(path(name), v, "must not be negative"))
 		}
 	}
 	nonNegative("maxPods", int64(c.MaxPods))
-	nonNegative("registryPullQPS", int64(*c.RegistryPullQPS))
+	nonNegative("podsPerCore", int64(c.PodsPerCore))
 	nonNegative("registryBurst", int64(c.RegistryBurst))
-	nonNegative("eventRecordQPS", int64(*c.EventRecordQPS))
 	nonNegative("eventBurst", int64(c.EventBurst))
-	nonNegative("kubeAPIQPS", int64(*c.KubeAPIQPS))
 	nonNegative("kubeAPIBurst", int64(c.KubeAPIBurst))
 	nonNegative("maxOpenFiles", c.MaxOpenFiles)
-	nonNegative("nodeStatusMaxImages", int64(*c.NodeStatusMaxImages)+1) // -1 means no limit
-	if *c.PodPidsLimit < -1 {
-		errs = append(errs, field.Invalid(field.NewPath("podPidsLimit"), *c.PodPidsLimit, "must be -1 (no limit) or more"))
+	nonNegative("evictionMaxPodGracePeriod", int64(c.EvictionMaxPodGracePeriod))
+	for _, f := range []struct {
+		name string
+		p    *int32
+	}{{"registryPullQPS", c.RegistryPullQPS}, {"eventRecordQPS", c.EventRecordQPS}, {"kubeAPIQPS", c.KubeAPIQPS}} {
+		if f.p != nil {
+			nonNegative(f.name, int64(*f.p))
+		}
+	}
+	if p := c.NodeStatusMaxImages; p != nil && *p < -1 {
+		add(field.Invalid(path("nodeStatusMaxImages"), *p, "must be -1 (no limit) or more"))
+	}
+	if p := c.PodPidsLimit; p != nil && *p < -1 {
+		add(field.Invalid(path("podPidsLimit"), *p, "must be -1 (no limit) or more"))
 	}
 	if c.NodeLeaseDurationSeconds <= 0 {
-		errs = append(errs, field.Invalid(field.NewPath("nodeLeaseDurationSeconds"), c.NodeLeaseDurationSeconds, "must be greater than zero"))
+		add(field.Invalid(path("nodeLeaseDurationSeconds"), c.NodeLeaseDurationSeconds, "must be greater than zero"))
 	}
-	if c.RegistryPullQPS != nil && *c.RegistryPullQPS > 0 && c.RegistryBurst == 0 {
-		errs = append(errs, field.Invalid(field.NewPath("registryBurst"), c.RegistryBurst, "must be greater than zero when registryPullQPS is"))
+	if p := c.OOMScoreAdj; p != nil && (*p < -1000 || *p > 1000) {
+		add(field.Invalid(path("oomScoreAdj"), *p, "must be between -1000 and 1000"))
 	}
-
-	high, low := *c.ImageGCHighThresholdPercent, *c.ImageGCLowThresholdPercent
-	if high < 0 || high > 100 {
-		errs = append(errs, field.Invalid(field.NewPath("imageGCHighThresholdPercent"), high, "must be between 0 and 100"))
-	}
-	if low < 0 || low > 100 {
-		errs = append(errs, field.Invalid(field.NewPath("imageGCLowThresholdPercent"), low, "must be between 0 and 100"))
-	}
-	if low > high && high >= 0 && high <= 100 && low >= 0 && low <= 100 {
-		errs = append(errs, field.Invalid(field.NewPath("imageGCLowThresholdPercent"), low, fmt.Sprintf("must not be greater than imageGCHighThresholdPercent (%d)", high)))
-	}
-
-	oneOf := func(name, v string, allowed ...string) {
-		for _, a := range allowed {
-			if v == a {
-				return
-			}
+	for _, f := range []struct {
+		name string
+		p    *int32
+	}{{"iptablesMasqueradeBit", c.IPTablesMasqueradeBit}, {"iptablesDropBit", c.IPTablesDropBit}} {
+		if f.p != nil && (*f.p < 0 || *f.p > 31) {
+			add(field.Invalid(path(f.name), *f.p, "must be between 0 and 31"))
 		}
-		errs = append(errs, field.NotSupported(field.NewPath(name), v, allowed))
+	}
+	errs = append(errs, validateImageGC(c)...)
+	if p := c.MaxParallelImagePulls; p != nil {
+		if *p < 1 {
+			add(field.Invalid(path("maxParallelImagePulls"), *p, "must be 1 or more"))
+		} else if *p > 1 && c.SerializeImagePulls != nil && *c.SerializeImagePulls {
+			add(field.Invalid(path("maxParallelImagePulls"), *p, "must be 1 unless serializeImagePulls is false"))
+		}
+	}
+	if p := c.ContainerLogMaxFiles; p != nil && *p < 2 {
+		add(field.Invalid(path("containerLogMaxFiles"), *p, "must be 2 or more"))
+	}
+	if c.ContainerLogMaxSize != "" {
+		if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
+			add(field.Invalid(path("containerLogMaxSize"), c.ContainerLogMaxSize, "must be a positive quantity such as 10Mi"))
+		}
+	}
+	if p := c.ContainerLogMaxWorkers; p != nil && *p < 1 {
+		add(field.Invalid(path("containerLogMaxWorkers"), *p, "must be 1 or more"))
+	}
+	if p := c.MemoryThrottlingFactor; p != nil && (!(*p > 0) || *p > 1) {
+		add(field.Invalid(path("memoryThrottlingFactor"), *p, "must be greater than 0 and at most 1"))
+	}
+	if c.RunOnce {
+		add(field.Forbidden(path("runOnce"), "run-once mode is no longer supported"))
+	}
+
+	// Choices.
+	oneOf := func(name, v string, allowed ...string) {
+		if !slices.Contains(allowed, v) {
+			add(field.NotSupported(path(name), v, allowed))
+		}
 	}
 	oneOf("hairpinMode", c.HairpinMode, v1beta1.PromiscuousBridge, v1beta1.HairpinVeth, v1beta1.HairpinNone)
 	oneOf("cgroupDriver", c.CgroupDriver, "cgroupfs", "systemd")
+	oneOf("cpuManagerPolicy", c.CPUManagerPolicy, "none", "static")
+	oneOf("memoryManagerPolicy", c.MemoryManagerPolicy, v1beta1.NoneMemoryManagerPolicy, v1beta1.StaticMemoryManagerPolicy)
+	oneOf("topologyManagerPolicy", c.TopologyManagerPolicy, v1beta1.NoneTopologyManagerPolicy, v1beta1.BestEffortTopologyManagerPolicy,
+		v1beta1.RestrictedTopologyManagerPolicy, v1beta1.SingleNumaNodeTopologyManagerPolicy)
+	oneOf("topologyManagerScope", c.TopologyManagerScope, v1beta1.ContainerTopologyManagerScope, v1beta1.PodTopologyManagerScope)
 	oneOf("authorization.mode", string(c.Authorization.Mode), string(v1beta1.KubeletAuthorizationModeWebhook), string(v1beta1.KubeletAuthorizationModeAlwaysAllow))
 	oneOf("configMapAndSecretChangeDetectionStrategy", string(c.ConfigMapAndSecretChangeDetectionStrategy),
 		string(v1beta1.WatchChangeDetectionStrategy), string(v1beta1.GetChangeDetectionStrategy), string(v1beta1.TTLCacheChangeDetectionStrategy))
 	oneOf("contentType", c.ContentType, "application/vnd.kubernetes.protobuf", "application/json")
+	oneOf("memorySwap.swapBehavior", c.MemorySwap.SwapBehavior, "", "NoSwap", "LimitedSwap")
+	oneOf("memoryReservationPolicy", string(c.MemoryReservationPolicy),
+		string(v1beta1.NoneMemoryReservationPolicy), string(v1beta1.TieredReservationMemoryReservationPolicy))
+	if c.MemoryReservationPolicy == v1beta1.TieredReservationMemoryReservationPolicy && !gates.enabled(gateMemoryQoS) {
+		add(field.Forbidden(path("memoryReservationPolicy"), "TieredReservation needs the feature gate "+gateMemoryQoS))
+	}
+	if c.EnableSystemLogQuery != nil && *c.EnableSystemLogQuery {
+		if !gates.enabled(gateNodeLogQuery) {
+			add(field.Forbidden(path("enableSystemLogQuery"), "needs the feature gate "+gateNodeLogQuery))
+		} else if c.EnableSystemLogHandler != nil && !*c.EnableSystemLogHandler {
+			add(field.Forbidden(path("enableSystemLogQuery"), "needs enableSystemLogHandler"))
+		}
+	}
+	if c.SystemCgroups != "" && c.CgroupRoot == "" {
+		add(field.Required(path("cgroupRoot"), "systemCgroups needs cgroupRoot"))
+	}
+	errs = append(errs, validateImagePullCredentials(c, gates)...)
+	errs = append(errs, validateEnforceNodeAllocatable(c)...)
+	if c.ReservedSystemCPUs != "" {
+		if c.SystemReservedCgroup != "" || c.KubeReservedCgroup != "" {
+			add(field.Forbidden(path("reservedSystemCPUs"), "may not be used with systemReservedCgroup or kubeReservedCgroup"))
+		}
+		if _, err := cpuset.Parse(c.ReservedSystemCPUs); err != nil {
+			add(field.Invalid(path("reservedSystemCPUs"), c.ReservedSystemCPUs, "must be a CPU list such as 0-1,4"))
+		}
+	}
+	if u := c.UserNamespaces; u != nil && u.IDsPerPod != nil {
+		const unit = 65536
+		if n := *u.IDsPerPod; n < unit || n%unit != 0 || n > math.MaxUint32 {
+			add(field.Invalid(path("userNamespaces.idsPerPod"), n, fmt.Sprintf("must be a multiple of %d between %d and %d", unit, unit, int64(math.MaxUint32))))
+		}
+	}
 
-	errs = append(errs, thresholds("evictionHard", c.EvictionHard)...)
-	errs = append(errs, thresholds("evictionSoft", c.EvictionSoft)...)
-	for _, sig := range sortedStrings(c.EvictionSoft) {
+	// Eviction and reservations.
+	errs = append(errs, validateThresholds("evictionHard", c.EvictionHard)...)
+	errs = append(errs, validateThresholds("evictionSoft", c.EvictionSoft)...)
+	for _, sig := range sortedKeys(c.EvictionSoft) {
 		if _, ok := c.EvictionSoftGracePeriod[sig]; !ok {
-			errs = append(errs, field.Required(field.NewPath("evictionSoftGracePeriod").Key(sig), "every evictionSoft signal needs a grace period"))
+			add(field.Required(path("evictionSoftGracePeriod").Key(sig), "every evictionSoft signal needs a grace period"))
 		}
 	}
-	for _, sig := range sortedStrings(c.EvictionSoftGracePeriod) {
-		p := field.NewPath("evictionSoftGracePeriod").Key(sig)
-		if !evictionSignals[sig] {
-			errs = append(errs, field.NotSupported(p, sig, sortedKeysBool(evictionSignals)))
-		} else if d, err := parseDuration(c.EvictionSoftGracePeriod[sig]); err != nil || d <= 0 {
-			errs = append(errs, field.Invalid(p, c.EvictionSoftGracePeriod[sig], "must be a positive duration such as 1m30s"))
+	for _, sig := range sortedKeys(c.EvictionSoftGracePeriod) {
+		p := path("evictionSoftGracePeriod").Key(sig)
+		if !slices.Contains(evictionSignals, sig) {
+			add(field.NotSupported(p, sig, evictionSignals))
+		} else if d, err := time.ParseDuration(c.EvictionSoftGracePeriod[sig]); err != nil || d < 0 {
+			add(field.Invalid(p, c.EvictionSoftGracePeriod[sig], "must be a duration such as 1m30s"))
 		}
 	}
-	errs = append(errs, reserved("kubeReserved", c.KubeReserved)...)
-	errs = append(errs, reserved("systemReserved", c.SystemReserved)...)
+	for _, sig := range sortedKeys(c.EvictionMinimumReclaim) {
+		p := path("evictionMinimumReclaim").Key(sig)
+		v := c.EvictionMinimumReclaim[sig]
+		if !slices.Contains(evictionSignals, sig) {
+			add(field.NotSupported(p, sig, evictionSignals))
+		} else if pct, isPct := strings.CutSuffix(v, "%"); isPct {
+			if f, err := strconv.ParseFloat(pct, 32); err != nil || !(f > 0 && f <= 100) {
+				add(field.Invalid(p, v, "a percentage must be greater than 0% and at most 100%"))
+			}
+		} else if q, err := resource.ParseQuantity(v); err != nil || q.Sign() < 0 {
+			add(field.Invalid(p, v, "must be a quantity such as 100Mi or a percentage such as 5%"))
+		}
+	}
+	errs = append(errs, validateReserved("kubeReserved", c.KubeReserved)...)
+	errs = append(errs, validateReserved("systemReserved", c.SystemReserved)...)
+	for _, r := range sortedKeys(c.QOSReserved) {
+		p := path("qosReserved").Key(r)
+		if r != "memory" {
+			add(field.NotSupported(p, r, []string{"memory"}))
+		} else if pct, isPct := strings.CutSuffix(c.QOSReserved[r], "%"); !isPct {
+			add(field.Invalid(p, c.QOSReserved[r], "must be a percentage such as 50%"))
+		} else if n, err := strconv.ParseInt(pct, 10, 64); err != nil || n < 0 || n > 100 {
+			add(field.Invalid(p, c.QOSReserved[r], "must be a percentage between 0% and 100%"))
+		}
+	}
+	errs = append(errs, validateReservedMemory(c.ReservedMemory)...)
 
-	if c.ContainerRuntimeEndpoint != "" {
-		ep := c.ContainerRuntimeEndpoint
-		path, isUnix := strings.CutPrefix(ep, "unix://")
-		if !isUnix && !strings.HasPrefix(ep, "/") {
-			errs = append(errs, field.Invalid(field.NewPath("containerRuntimeEndpoint"), ep, "must be unix:///path/to/socket"))
-		} else if isUnix && !filepath.IsAbs(path) {
-			errs = append(errs, field.Invalid(field.NewPath("containerRuntimeEndpoint"), ep, "the socket path must be absolute: unix:///path/to/socket"))
-		}
-	}
-	for name, p := range map[string]string{"staticPodPath": c.StaticPodPath, "podLogsDir": c.PodLogsDir} {
-		if p != "" && !filepath.IsAbs(p) {
-			errs = append(errs, field.Invalid(field.NewPath(name), p, "must be an absolute path"))
-		}
-	}
-	if c.StaticPodURL != "" && !strings.HasPrefix(c.StaticPodURL, "http://") && !strings.HasPrefix(c.StaticPodURL, "https://") {
-		errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), c.StaticPodURL, "must be an http:// or https:// URL"))
-	}
+	// Node registration, logging, tracing.
 	for i, t := range c.RegisterWithTaints {
-		p := field.NewPath("registerWithTaints").Index(i)
-		for _, msg := range validation.IsQualifiedName(t.Key) {
-			errs = append(errs, field.Invalid(p.Child("key"), t.Key, msg))
+		errs = append(errs, validateTaint(path("registerWithTaints").Index(i), t)...)
+	}
+	errs = append(errs, validateLogging(c)...)
+	errs = append(errs, tracingapi.ValidateTracingConfiguration(c.Tracing, nil, path("tracing"))...)
+	return errs
+}
+
+// path turns a dotted field name into a field.Path.
+func path(name string) *field.Path {
+	parts := strings.Split(name, ".")
+	return field.NewPath(parts[0], parts[1:]...)
+}
+
+func validateShutdown(c *v1beta1.KubeletConfiguration, gates gateSet) field.ErrorList {
+	var errs field.ErrorList
+	period, critical := c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration
+	if !gates.enabled(gateGracefulNodeShutdown) {
+		if period != 0 || critical != 0 {
+			errs = append(errs, field.Forbidden(path("shutdownGracePeriod"), "needs the feature gate "+gateGracefulNodeShutdown))
 		}
-		if t.Value != "" {
-			for _, msg := range validation.IsValidLabelValue(t.Value) {
-				errs = append(errs, field.Invalid(p.Child("value"), t.Value, msg))
+	} else {
+		for _, f := range []struct {
+			name string
+			d    time.Duration
+		}{{"shutdownGracePeriod", period}, {"shutdownGracePeriodCriticalPods", critical}} {
+			if f.d < 0 || f.d > 0 && f.d < time.Second {
+				errs = append(errs, field.Invalid(path(f.name), f.d.String(), "must be 0 or at least 1s"))
 			}
 		}
-		switch t.Effect {
-		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
-		default:
-			errs = append(errs, field.NotSupported(p.Child("effect"), t.Effect, []string{string(v1.TaintEffectNoSchedule), string(v1.TaintEffectPreferNoSchedule), string(v1.TaintEffectNoExecute)}))
+		if critical > period {
+			errs = append(errs, field.Invalid(path("shutdownGracePeriodCriticalPods"), critical.String(),
+				fmt.Sprintf("must not be greater than shutdownGracePeriod (%s)", period)))
 		}
 	}
-	if *c.ContainerLogMaxFiles < 2 {
-		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), *c.ContainerLogMaxFiles, "must be 2 or more"))
-	}
-	if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
-		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxSize"), c.ContainerLogMaxSize, "must be a positive quantity such as 10Mi"))
-	}
-	if *c.ContainerLogMaxWorkers < 1 {
-		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxWorkers"), *c.ContainerLogMaxWorkers, "must be 1 or more"))
-	}
-	if f := *c.MemoryThrottlingFactor; f <= 0 || f > 1 {
-		errs = append(errs, field.Invalid(field.NewPath("memoryThrottlingFactor"), f, "must be greater than 0 and at most 1"))
-	}
-	if c.ShutdownGracePeriod.Duration < 0 || c.ShutdownGracePeriodCriticalPods.Duration < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriod"), c.ShutdownGracePeriod.Duration.String(), "must not be negative"))
-	} else if c.ShutdownGracePeriodCriticalPods.Duration > c.ShutdownGracePeriod.Duration {
-		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriodCriticalPods"), c.ShutdownGracePeriodCriticalPods.Duration.String(), "must not be greater than shutdownGracePeriod"))
+	if len(c.ShutdownGracePeriodByPodPriority) > 0 {
+		if !gates.enabled(gateGracefulNodeShutdownBasedOnPodPriority) {
+			errs = append(errs, field.Forbidden(path("shutdownGracePeriodByPodPriority"), "needs the feature gate "+gateGracefulNodeShutdownBasedOnPodPriority))
+		} else if period > 0 || critical > 0 {
+			errs = append(errs, field.Forbidden(path("shutdownGracePeriodByPodPriority"), "may not be set together with shutdownGracePeriod or shutdownGracePeriodCriticalPods"))
+		}
 	}
 	return errs
 }
 
-// thresholds checks eviction thresholds: known signals, each a quantity or a percentage.
-func thresholds(name string, m map[string]string) field.ErrorList {
+func validateImageGC(c *v1beta1.KubeletConfiguration) field.ErrorList {
+	if c.ImageGCHighThresholdPercent == nil || c.ImageGCLowThresholdPercent == nil {
+		return nil
+	}
 	var errs field.ErrorList
-	for _, sig := range sortedStrings(m) {
-		p := field.NewPath(name).Key(sig)
-		if !evictionSignals[sig] {
-			errs = append(errs, field.NotSupported(p, sig, sortedKeysBool(evictionSignals)))
+	high, low := *c.ImageGCHighThresholdPercent, *c.ImageGCLowThresholdPercent
+	inRange := true
+	for _, f := range []struct {
+		name string
+		v    int32
+	}{{"imageGCHighThresholdPercent", high}, {"imageGCLowThresholdPercent", low}} {
+		if f.v < 0 || f.v > 100 {
+			errs = append(errs, field.Invalid(path(f.name), f.v, "must be between 0 and 100"))
+			inRange = false
+		}
+	}
+	if inRange && low >= high {
+		errs = append(errs, field.Invalid(path("imageGCLowThresholdPercent"), low, fmt.Sprintf("must be less than imageGCHighThresholdPercent (%d)", high)))
+	}
+	return errs
+}
+
+// validateEndpoint checks a CRI endpoint: unix:///absolute/path, or an absolute path.
+func validateEndpoint(p *field.Path, ep string, required bool) field.ErrorList {
+	if ep == "" {
+		if required {
+			return field.ErrorList{field.Required(p, "")}
+		}
+		return nil
+	}
+	sock, isUnix := strings.CutPrefix(ep, "unix://")
+	if !isUnix && !strings.HasPrefix(ep, "/") {
+		return field.ErrorList{field.Invalid(p, ep, "must be unix:///path/to/socket")}
+	}
+	if isUnix && !filepath.IsAbs(sock) {
+		return field.ErrorList{field.Invalid(p, ep, "the socket path must be absolute: unix:///path/to/socket")}
+	}
+	return nil
+}
+
+func validateImagePullCredentials(c *v1beta1.KubeletConfiguration, gates gateSet) field.ErrorList {
+	var errs field.ErrorList
+	policy, allow := c.ImagePullCredentialsVerificationPolicy, c.PreloadedImagesVerificationAllowlist
+	if !gates.enabled(gateKubeletEnsureSecretPulledImages) {
+		if policy != "" {
+			errs = append(errs, field.Forbidden(path("imagePullCredentialsVerificationPolicy"), "needs the feature gate "+gateKubeletEnsureSecretPulledImages))
+		}
+		if len(allow) > 0 {
+			errs = append(errs, field.Forbidden(path("preloadedImagesVerificationAllowlist"), "needs the feature gate "+gateKubeletEnsureSecretPulledImages))
+		}
+		return errs
+	}
+	policies := []string{string(v1beta1.NeverVerify), string(v1beta1.NeverVerifyPreloadedImages),
+		string(v1beta1.NeverVerifyAllowlistedImages), string(v1beta1.AlwaysVerify)}
+	if !slices.Contains(policies, string(policy)) {
+		errs = append(errs, field.NotSupported(path("imagePullCredentialsVerificationPolicy"), policy, policies))
+	}
+	if len(allow) > 0 && policy != v1beta1.NeverVerifyAllowlistedImages {
+		errs = append(errs, field.Forbidden(path("preloadedImagesVerificationAllowlist"), "needs imagePullCredentialsVerificationPolicy NeverVerifyAllowlistedImages"))
+	}
+	for i, pattern := range allow {
+		if msg := allowlistPatternError(pattern); msg != "" {
+			errs = append(errs, field.Invalid(path("preloadedImagesVerificationAllowlist").Index(i), pattern, msg))
+		}
+	}
+	return errs
+}
+
+// allowlistPatternError checks an image pattern: a registry path without tag or digest,
+// optionally ending in /* for everything below it.
+func allowlistPatternError(p string) string {
+	switch {
+	case p != strings.TrimSpace(p):
+		return "must not start or end with spaces"
+	case strings.ContainsAny(strings.TrimSuffix(p, "/*"), "*"):
+		return "only a /* at the end may be a wildcard"
+	case strings.TrimSuffix(p, "*") == "" || strings.TrimSuffix(p, "/*") == "":
+		return "too short"
+	case strings.ContainsAny(p, "@") || strings.Contains(p[strings.LastIndex(p, "/")+1:], ":"):
+		return "must not have a tag or digest"
+	}
+	return ""
+}
+
+func validateEnforceNodeAllocatable(c *v1beta1.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	p := path("enforceNodeAllocatable")
+	has := func(v string) bool { return slices.Contains(c.EnforceNodeAllocatable, v) }
+	if has(enforceSystemReserved) && has(enforceSystemReservedCompressible) {
+		errs = append(errs, field.Invalid(p, c.EnforceNodeAllocatable, "may not hold both system-reserved and system-reserved-compressible"))
+	}
+	if has(enforceKubeReserved) && has(enforceKubeReservedCompressible) {
+		errs = append(errs, field.Invalid(p, c.EnforceNodeAllocatable, "may not hold both kube-reserved and kube-reserved-compressible"))
+	}
+	seen := map[string]bool{}
+	for i, v := range c.EnforceNodeAllocatable {
+		if seen[v] {
+			errs = append(errs, field.Duplicate(p.Index(i), v))
 			continue
 		}
-		v := strings.TrimSpace(m[sig])
-		if pct, ok := strings.CutSuffix(v, "%"); ok {
-			f, err := strconv.ParseFloat(pct, 64)
-			if err != nil || f < 0 || f > 100 {
+		seen[v] = true
+		switch v {
+		case enforcePods:
+		case enforceSystemReserved, enforceSystemReservedCompressible:
+			if c.SystemReservedCgroup == "" {
+				errs = append(errs, field.Required(path("systemReservedCgroup"), "enforceNodeAllocatable "+v+" needs systemReservedCgroup"))
+			}
+		case enforceKubeReserved, enforceKubeReservedCompressible:
+			if c.KubeReservedCgroup == "" {
+				errs = append(errs, field.Required(path("kubeReservedCgroup"), "enforceNodeAllocatable "+v+" needs kubeReservedCgroup"))
+			}
+		case enforceNone:
+			if len(c.EnforceNodeAllocatable) > 1 {
+				errs = append(errs, field.Invalid(p.Index(i), v, "none may not be combined with other values"))
+			}
+			continue
+		default:
+			errs = append(errs, field.NotSupported(p.Index(i), v, []string{enforcePods, enforceSystemReserved,
+				enforceSystemReservedCompressible, enforceKubeReserved, enforceKubeReservedCompressible, enforceNone}))
+			continue
+		}
+		if c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
+			errs = append(errs, field.Invalid(p.Index(i), v, "needs cgroupsPerQOS"))
+		}
+	}
+	return errs
+}
+
+// validateThresholds checks eviction thresholds as the kubelet parses them: a known
+// signal, and a positive quantity or a percentage from 0% to 100% (0% and 100% turn the
+// threshold off).
+func validateThresholds(name string, m map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	for _, sig := range sortedKeys(m) {
+		p := path(name).Key(sig)
+		v := m[sig]
+		if !slices.Contains(evictionSignals, sig) {
+			errs = append(errs, field.NotSupported(p, sig, evictionSignals))
+			continue
+		}
+		if pct, isPct := strings.CutSuffix(v, "%"); isPct {
+			if f, err := strconv.ParseFloat(pct, 32); err != nil || !(f >= 0 && f <= 100) {
 				errs = append(errs, field.Invalid(p, v, "a percentage must be between 0% and 100%"))
 			}
 			continue
 		}
-		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() < 0 {
-			errs = append(errs, field.Invalid(p, v, "must be a quantity such as 100Mi or a percentage such as 10%"))
+		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() <= 0 {
+			errs = append(errs, field.Invalid(p, v, "must be a positive quantity such as 100Mi or a percentage such as 10%"))
 		}
 	}
 	return errs
 }
 
-// reserved checks kubeReserved and systemReserved.
-func reserved(name string, m map[string]string) field.ErrorList {
+// validateReserved checks kubeReserved and systemReserved as the kubelet parses them.
+func validateReserved(name string, m map[string]string) field.ErrorList {
 	var errs field.ErrorList
-	for _, r := range sortedStrings(m) {
-		p := field.NewPath(name).Key(r)
-		if !reservableResources[r] {
-			errs = append(errs, field.NotSupported(p, r, sortedKeysBool(reservableResources)))
+	for _, r := range sortedKeys(m) {
+		p := path(name).Key(r)
+		if !slices.Contains(reservableResources, r) {
+			errs = append(errs, field.NotSupported(p, r, reservableResources))
 			continue
 		}
 		if q, err := resource.ParseQuantity(m[r]); err != nil || q.Sign() < 0 {
-			errs = append(errs, field.Invalid(p, m[r], "must be a non-negative quantity"))
+			errs = append(errs, field.Invalid(p, m[r], "must be a quantity that is not negative, such as 500m or 1Gi"))
 		}
 	}
 	return errs
 }
 
-func parseDuration(s string) (float64, error) {
-	var d metav1.Duration
-	if err := d.UnmarshalJSON([]byte(strconv.Quote(s))); err != nil {
-		return 0, err
+func validateReservedMemory(list []v1beta1.MemoryReservation) field.ErrorList {
+	var errs field.ErrorList
+	type key struct {
+		node int32
+		res  v1.ResourceName
 	}
-	return d.Duration.Seconds(), nil
+	seen := map[key]bool{}
+	for i, r := range list {
+		for _, name := range sortedKeys(r.Limits) {
+			res := v1.ResourceName(name)
+			p := path("reservedMemory").Index(i).Child("limits").Key(name)
+			if res != v1.ResourceMemory && !strings.HasPrefix(name, v1.ResourceHugePagesPrefix) {
+				errs = append(errs, field.NotSupported(p, name, []string{"memory", "hugepages-<size>"}))
+			}
+			if q := r.Limits[res]; q.IsZero() {
+				errs = append(errs, field.Invalid(p, q.String(), "must not be zero"))
+			}
+			if k := (key{r.NumaNode, res}); seen[k] {
+				errs = append(errs, field.Duplicate(p, name))
+			} else {
+				seen[k] = true
+			}
+		}
+	}
+	return errs
 }
 
-func sortedStrings(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+func validateTaint(p *field.Path, t v1.Taint) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(t.Key) {
+		errs = append(errs, field.Invalid(p.Child("key"), t.Key, msg))
 	}
-	sortStrings(keys)
-	return keys
+	for _, msg := range validation.IsValidLabelValue(t.Value) {
+		errs = append(errs, field.Invalid(p.Child("value"), t.Value, msg))
+	}
+	effects := []string{string(v1.TaintEffectNoSchedule), string(v1.TaintEffectPreferNoSchedule), string(v1.TaintEffectNoExecute)}
+	if !slices.Contains(effects, string(t.Effect)) {
+		errs = append(errs, field.NotSupported(p.Child("effect"), t.Effect, effects))
+	}
+	if t.TimeAdded != nil {
+		errs = append(errs, field.Forbidden(p.Child("timeAdded"), "may not be set"))
+	}
+	return errs
 }
 
-func sortedKeysBool(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// validateLogging checks what the kubelet's logging options check that does not depend
+// on the process's flags.
+func validateLogging(c *v1beta1.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	l := c.Logging
+	p := path("logging")
+	if l.Format != "text" && l.Format != "json" {
+		errs = append(errs, field.NotSupported(p.Child("format"), l.Format, []string{"text", "json"}))
 	}
-	sortStrings(keys)
-	return keys
+	if l.FlushFrequency.Duration.Duration <= 0 {
+		errs = append(errs, field.Invalid(p.Child("flushFrequency"), l.FlushFrequency.Duration.Duration.String(), "must be greater than zero"))
+	}
+	if l.Verbosity > math.MaxInt32 {
+		errs = append(errs, field.Invalid(p.Child("verbosity"), l.Verbosity, fmt.Sprintf("must be at most %d", math.MaxInt32)))
+	}
+	if len(l.VModule) > 0 && l.Format != "text" {
+		errs = append(errs, field.Forbidden(p.Child("vmodule"), "only the text format supports it"))
+	}
+	for i, item := range l.VModule {
+		switch {
+		case item.FilePattern == "":
+			errs = append(errs, field.Required(p.Child("vmodule").Index(i).Child("filePattern"), ""))
+		case strings.ContainsAny(item.FilePattern, "=,"):
+			errs = append(errs, field.Invalid(p.Child("vmodule").Index(i).Child("filePattern"), item.FilePattern, "must not contain = or ,"))
+		}
+		if item.Verbosity > math.MaxInt32 {
+			errs = append(errs, field.Invalid(p.Child("vmodule").Index(i).Child("verbosity"), item.Verbosity, fmt.Sprintf("must be at most %d", math.MaxInt32)))
+		}
+	}
+	return errs
 }
