@@ -14,6 +14,10 @@ declare -A packages=(
 	[containerd]=containerd
 	[ctr]=containerd
 	[runc]=runc
+	# the harness's nspawn nodes: the machine tree, the machine, entering it
+	[debootstrap]=debootstrap
+	[systemd-nspawn]=systemd-container
+	[nsenter]=util-linux
 )
 # Debian packages checked by name (the harness needs the static busybox and the CNI plugins
 # in /usr/lib/cni, which no command names).

@@ -172,6 +172,11 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if h.hasBackend("nspawn") {
+		if err := h.step("nspawn machine tree", h.ensureNspawnTree); err != nil {
+			return err
+		}
+	}
 	for _, n := range h.stack.Nodes {
 		for _, c := range h.nodeComponents(n, files) {
 			if err := h.ensure(ctx, st, c); err != nil {

@@ -16,11 +16,16 @@ import (
 // nodeDir is a node machine's files: config, state, sockets, credentials.
 func (h *Harness) nodeDir(node string) string { return filepath.Join(h.paths.root, "nodes", node) }
 
-// NodeSocketDir is where a process-backend node's bus sockets are.
+// NodeSocketDir is where a node's bus sockets are: a process node's, or the directory an
+// nspawn machine's /run/unitlet is bound to.
 func (h *Harness) NodeSocketDir(node string) string { return filepath.Join(h.nodeDir(node), "run") }
 
-// nodeComponents are the unitlet services of a process-backend node.
+// nodeComponents are the unitlet services of a process-backend node, or the machine of an
+// nspawn-backend node.
 func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
+	if n.Backend == "nspawn" {
+		return []component{h.nspawnComponent(n, f)}
+	}
 	dir := h.nodeDir(n.Name)
 	var out []component
 	for _, svc := range n.Services {
@@ -52,6 +57,24 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 			return err
 		}
 	}
+	endpoint := ""
+	if h.stack.Runtime.Kind == "containerd" {
+		endpoint = h.RuntimeEndpoint()
+	}
+	cfg := nodeConfig(n, f.ca.CertFile, endpoint)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	cert, key, err := f.ca.issue(dir, "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), h.APIServerURL(), f.ca.CertFile, "system:node:"+n.Name, cert, key, "")
+}
+
+// nodeConfig is the KubeletConfiguration of node n: caFile is the cluster CA's path on the
+// node, endpoint the CRI endpoint ("" for none).
+func nodeConfig(n Node, caFile, endpoint string) string {
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Written by unitlet-harness for node %s.
@@ -62,18 +85,11 @@ authentication:
     clientCAFile: %s
 # These machines have cgroup v1.
 failCgroupV1: false
-`, n.Name, f.ca.CertFile)
-	if h.stack.Runtime.Kind == "containerd" {
-		cfg += "containerRuntimeEndpoint: " + h.RuntimeEndpoint() + "\n"
+`, n.Name, caFile)
+	if endpoint != "" {
+		cfg += "containerRuntimeEndpoint: " + endpoint + "\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	cert, key, err := f.ca.issue(dir, "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
-	if err != nil {
-		return err
-	}
-	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), h.APIServerURL(), f.ca.CertFile, "system:node:"+n.Name, cert, key, "")
+	return cfg
 }
 
 // serving checks a unitlet service's health over its bus socket.
@@ -96,8 +112,12 @@ func serving(ctx context.Context, socketDir, service string) error {
 }
 
 // Exec runs a command on a node, as it would run there: for the process backend, on the
-// host with the node's UNITLET_SOCKET_DIR and the unitlet binaries first on PATH.
+// host with the node's UNITLET_SOCKET_DIR and the unitlet binaries first on PATH; for the
+// nspawn backend, inside the machine as root (nsenter into its init's namespaces).
 func (h *Harness) Exec(node string, args []string) *exec.Cmd {
+	if h.nodeBackend(node) == "nspawn" {
+		return h.execInMachine(node, args)
+	}
 	bin := args[0]
 	if own := filepath.Join(h.binDir(), bin); filepath.Base(bin) == bin {
 		if _, err := os.Stat(own); err == nil {

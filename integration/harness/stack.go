@@ -35,7 +35,9 @@ type ControlPlane struct {
 // Node is a node machine.
 type Node struct {
 	Name string `json:"name"`
-	// Backend is "process": unitlet binaries as host processes.
+	// Backend is "process": unitlet binaries as host processes; or "nspawn": a Debian
+	// machine booted by systemd-nspawn with systemd as PID 1 running unitlet's units (see
+	// nspawn.go). nspawn machines share the host's network, so a stack has at most one.
 	Backend string `json:"backend"`
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
@@ -83,13 +85,20 @@ func LoadStack(path string) (*Stack, error) {
 		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)
 	}
 	seen := map[string]bool{}
+	nspawn := 0
 	for i, n := range s.Nodes {
 		if !nodeName.MatchString(n.Name) || seen[n.Name] {
 			return nil, fmt.Errorf("%s: nodes[%d].name %q: want a unique DNS label", path, i, n.Name)
 		}
 		seen[n.Name] = true
-		if n.Backend != "process" {
-			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process", path, i, n.Backend)
+		switch n.Backend {
+		case "process":
+		case "nspawn":
+			if nspawn++; nspawn > 1 {
+				return nil, fmt.Errorf("%s: nodes[%d]: a second nspawn node: the machines share the host's network and would listen on the same ports", path, i)
+			}
+		default:
+			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn", path, i, n.Backend)
 		}
 		for j, svc := range n.Services {
 			if svc != "config" {
