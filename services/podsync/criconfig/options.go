@@ -1,0 +1,63 @@
+package criconfig
+
+import (
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Cgroup drivers Options.CgroupDriver accepts.
+const (
+	CgroupDriverCgroupfs = "cgroupfs"
+	CgroupDriverSystemd  = "systemd"
+)
+
+// Options are the node-wide settings the configs depend on; they come from the kubelet
+// configuration and the node.
+type Options struct {
+	// ClusterDNS are the cluster DNS server IPs (kubelet config clusterDNS).
+	ClusterDNS []string
+	// ClusterDomain is the cluster's DNS domain (kubelet config clusterDomain).
+	ClusterDomain string
+	// ResolvConf is the host resolver file pods with dnsPolicy Default start from
+	// (kubelet config resolvConf); empty means no host DNS.
+	ResolvConf string
+
+	// PodLogsDir is the root of the pod log directories, normally "/var/log/pods".
+	PodLogsDir string
+	// PodsDir is <root-dir>/pods: the per-pod directories where the termination-message
+	// files live.
+	PodsDir string
+	// CgroupDriver is CgroupDriverCgroupfs or CgroupDriverSystemd; empty means cgroupfs.
+	CgroupDriver string
+
+	// NodeName is the node's name.
+	NodeName string
+	// NodeIPs are the node's IPs, first the preferred one.
+	NodeIPs []string
+
+	// MemoryCapacity is the node's memory in bytes, for the OOM score adjustment of
+	// burstable containers. Zero leaves burstable containers at the burstable maximum (999).
+	MemoryCapacity int64
+	// HugePageSizes are the huge page sizes the host supports, in the runtime's notation
+	// ("2MB", "1GB"); see HostHugePageSizes. Each gets a limit (0 unless requested).
+	HugePageSizes []string
+	// SeccompProfileRoot is the directory Localhost seccomp profiles are relative to,
+	// normally <root-dir>/seccomp.
+	SeccompProfileRoot string
+	// SeccompDefault makes RuntimeDefault the seccomp profile of containers that name
+	// none (kubelet config seccompDefault); otherwise they run Unconfined.
+	SeccompDefault bool
+}
+
+// Mount is one volume mount prepared for a container.
+type Mount struct {
+	// ContainerPath is where the mount appears in the container.
+	ContainerPath string
+	// HostPath is the volume's directory or file on the host.
+	HostPath string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
+	// Propagation is the mount propagation mode.
+	Propagation runtimeapi.MountPropagation
+	// SubPath, when set, is a path inside HostPath that is mounted instead of HostPath.
+	SubPath string
+}
