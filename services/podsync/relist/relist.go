@@ -1,0 +1,439 @@
+// Package relist keeps podsync's view of the runtime: every interval it lists the CRI
+// runtime's sandboxes and containers, groups them by pod, fetches the details of those that
+// changed, and tells podsync which pods changed. containerd 1.6 sends no container events,
+// so this is how podsync sees a container exit (the kubelet's PLEG, generic relist).
+package relist
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubetypes "k8s.io/kubelet/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// HealthyThreshold is how long a relist may take or be late before podsync's runtime view
+// is unhealthy (the kubelet's PLEG threshold).
+const HealthyThreshold = 3 * time.Minute
+
+// Runtime is the part of the CRI runtime service the relister reads.
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	PodSandboxStatus(ctx context.Context, in *runtimeapi.PodSandboxStatusRequest, opts ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+}
+
+// Sandbox is one pod sandbox.
+type Sandbox struct {
+	ID        string
+	Attempt   uint32
+	Ready     bool
+	CreatedAt time.Time
+	// IPs are the sandbox's pod IPs, the primary first; empty for host-network pods and
+	// sandboxes that are not ready.
+	IPs []string
+}
+
+// Container is one container instance.
+type Container struct {
+	ID   string
+	Name string
+	// Attempt is the container's restart count when it was created.
+	Attempt     uint32
+	SandboxID   string
+	State       runtimeapi.ContainerState
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	FinishedAt  time.Time
+	ExitCode    int32
+	Reason      string
+	Message     string
+	Image       string
+	ImageRef    string
+	LogPath     string
+	Labels      map[string]string
+	Annotations map[string]string
+	// TerminationMessageHostPath is the host file mounted at the container's
+	// terminationMessagePath, "" when it has none.
+	TerminationMessageHostPath string
+}
+
+// terminationMessagePathAnnotation is where the kubelet's labels keep the container's
+// terminationMessagePath.
+const terminationMessagePathAnnotation = "io.kubernetes.container.terminationMessagePath"
+
+// Running reports whether the container is running.
+func (c *Container) Running() bool { return c.State == runtimeapi.ContainerState_CONTAINER_RUNNING }
+
+// Pod is everything the runtime has of one pod.
+type Pod struct {
+	UID       types.UID
+	Name      string
+	Namespace string
+	// Sandboxes, newest first.
+	Sandboxes []*Sandbox
+	// Containers, newest first.
+	Containers []*Container
+}
+
+// Latest is the newest instance of the named container, nil when there is none.
+func (p *Pod) Latest(name string) *Container {
+	if p == nil {
+		return nil
+	}
+	for _, c := range p.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Instances are the instances of the named container, newest first.
+func (p *Pod) Instances(name string) []*Container {
+	var out []*Container
+	if p == nil {
+		return out
+	}
+	for _, c := range p.Containers {
+		if c.Name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// GetSandboxes is the pod's sandboxes, newest first; none for a nil pod.
+func (p *Pod) GetSandboxes() []*Sandbox {
+	if p == nil {
+		return nil
+	}
+	return p.Sandboxes
+}
+
+// ReadySandbox is the newest sandbox when it is ready, nil otherwise.
+func (p *Pod) ReadySandbox() *Sandbox {
+	if p == nil || len(p.Sandboxes) == 0 || !p.Sandboxes[0].Ready {
+		return nil
+	}
+	return p.Sandboxes[0]
+}
+
+// Empty reports whether the runtime has nothing of the pod.
+func (p *Pod) Empty() bool { return p == nil || len(p.Sandboxes) == 0 && len(p.Containers) == 0 }
+
+// Relister keeps the latest view of the runtime's pods.
+type Relister struct {
+	rt       Runtime
+	clk      clock.WithTicker
+	interval time.Duration
+	log      *slog.Logger
+	changed  func(uids []types.UID)
+	duration prometheus.Histogram
+	interv   prometheus.Histogram
+
+	mu       sync.RWMutex
+	pods     map[types.UID]*Pod
+	prints   map[types.UID]string
+	last     time.Time // when the last relist finished
+	lastErr  error
+	started  time.Time
+	details  map[string]*Container // container details by ID, kept while the ID exists
+	sbIPs    map[string][]string   // sandbox IPs by sandbox ID and state
+	lastTick time.Time
+}
+
+// New returns a relister that lists rt every interval and calls changed with the pods whose
+// runtime state changed (from the relist goroutine; it must not block for long).
+func New(rt Runtime, interval time.Duration, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger, changed func(uids []types.UID)) *Relister {
+	r := &Relister{
+		rt: rt, clk: clk, interval: interval, log: log, changed: changed,
+		pods: map[types.UID]*Pod{}, prints: map[types.UID]string{},
+		details: map[string]*Container{}, sbIPs: map[string][]string{},
+		started: clk.Now(),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubelet_pleg_relist_duration_seconds",
+			Help:    "Duration in seconds for relisting pods in PLEG.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}),
+		interv: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubelet_pleg_relist_interval_seconds",
+			Help:    "Interval in seconds between relisting in PLEG.",
+			Buckets: []float64{0.5, 1, 1.5, 2, 3, 5, 10, 30},
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(r.duration, r.interv)
+	}
+	return r
+}
+
+// Run relists every interval until ctx ends.
+func (r *Relister) Run(ctx context.Context) error {
+	t := r.clk.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		if err := r.Relist(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("relist failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// Relist lists the runtime once, updates the view, and reports changed pods.
+func (r *Relister) Relist(ctx context.Context) error {
+	start := r.clk.Now()
+	if !r.lastTick.IsZero() {
+		r.interv.Observe(start.Sub(r.lastTick).Seconds())
+	}
+	r.lastTick = start
+	pods, err := r.list(ctx)
+	r.duration.Observe(r.clk.Since(start).Seconds())
+	r.mu.Lock()
+	if err != nil {
+		r.lastErr = err
+		r.mu.Unlock()
+		return err
+	}
+	var changed []types.UID
+	prints := make(map[types.UID]string, len(pods))
+	for uid, p := range pods {
+		prints[uid] = fingerprint(p)
+		if prints[uid] != r.prints[uid] {
+			changed = append(changed, uid)
+		}
+	}
+	for uid := range r.pods {
+		if _, ok := pods[uid]; !ok {
+			changed = append(changed, uid)
+		}
+	}
+	r.pods, r.prints = pods, prints
+	r.last, r.lastErr = r.clk.Now(), nil
+	r.mu.Unlock()
+	if len(changed) > 0 && r.changed != nil {
+		slices.Sort(changed)
+		r.changed(changed)
+	}
+	return nil
+}
+
+// list builds the pods from the runtime, fetching the details of new or changed sandboxes
+// and containers.
+func (r *Relister) list(ctx context.Context) (map[types.UID]*Pod, error) {
+	pods, details, ips, err := collect(ctx, r.rt, r.log, "", r.details, r.sbIPs)
+	if err != nil {
+		return nil, err
+	}
+	r.details, r.sbIPs = details, ips
+	return pods, nil
+}
+
+// Inspect asks the runtime afresh for everything of one pod (nil when it has nothing):
+// what a worker reads before it acts, since the last relist may be a second old.
+func (r *Relister) Inspect(ctx context.Context, uid types.UID) (*Pod, error) {
+	pods, _, _, err := collect(ctx, r.rt, r.log, uid, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return pods[uid], nil
+}
+
+// collect lists the runtime's sandboxes and containers (of one pod when uid is set) and
+// groups them by pod. Details of sandboxes and containers whose state has not changed come
+// from the caches; it returns the caches for the next call.
+func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, cachedDetails map[string]*Container, cachedIPs map[string][]string) (map[types.UID]*Pod, map[string]*Container, map[string][]string, error) {
+	sbReq, cReq := &runtimeapi.ListPodSandboxRequest{}, &runtimeapi.ListContainersRequest{}
+	if uid != "" {
+		sel := map[string]string{kubetypes.KubernetesPodUIDLabel: string(uid)}
+		sbReq.Filter = &runtimeapi.PodSandboxFilter{LabelSelector: sel}
+		cReq.Filter = &runtimeapi.ContainerFilter{LabelSelector: sel}
+	}
+	sbs, err := rt.ListPodSandbox(ctx, sbReq)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	ctrs, err := rt.ListContainers(ctx, cReq)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list containers: %w", err)
+	}
+	pods := map[types.UID]*Pod{}
+	pod := func(labels map[string]string) *Pod {
+		uid := types.UID(labels[kubetypes.KubernetesPodUIDLabel])
+		if uid == "" {
+			return nil // not a pod of a node agent
+		}
+		p := pods[uid]
+		if p == nil {
+			p = &Pod{UID: uid, Name: labels[kubetypes.KubernetesPodNameLabel], Namespace: labels[kubetypes.KubernetesPodNamespaceLabel]}
+			pods[uid] = p
+		}
+		return p
+	}
+	ips := map[string][]string{}
+	for _, s := range sbs.Items {
+		p := pod(s.Labels)
+		if p == nil {
+			continue
+		}
+		sb := &Sandbox{
+			ID: s.Id, Attempt: s.GetMetadata().GetAttempt(),
+			Ready:     s.State == runtimeapi.PodSandboxState_SANDBOX_READY,
+			CreatedAt: time.Unix(0, s.CreatedAt),
+		}
+		key := s.Id + "/" + s.State.String()
+		if cached, ok := cachedIPs[key]; ok {
+			sb.IPs = cached
+		} else if sb.Ready {
+			st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("status of pod sandbox %s of %s/%s: %w", s.Id, p.Namespace, p.Name, err)
+			}
+			if n := st.GetStatus().GetNetwork(); n != nil && n.Ip != "" {
+				sb.IPs = append(sb.IPs, n.Ip)
+				for _, ip := range n.AdditionalIps {
+					sb.IPs = append(sb.IPs, ip.Ip)
+				}
+			}
+		}
+		ips[key] = sb.IPs
+		p.Sandboxes = append(p.Sandboxes, sb)
+	}
+	details := map[string]*Container{}
+	for _, c := range ctrs.Containers {
+		p := pod(c.Labels)
+		if p == nil {
+			continue
+		}
+		d := cachedDetails[c.Id]
+		if d == nil || d.State != c.State {
+			st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+			if err != nil {
+				// Removed between the list and now: the next relist does not see it.
+				log.Debug("container status", "container", c.Id, "err", err)
+				continue
+			}
+			d = fromStatus(st.Status, c)
+		}
+		details[c.Id] = d
+		p.Containers = append(p.Containers, d)
+	}
+	for _, p := range pods {
+		sort.SliceStable(p.Sandboxes, func(i, j int) bool {
+			a, b := p.Sandboxes[i], p.Sandboxes[j]
+			if a.CreatedAt.Equal(b.CreatedAt) {
+				return a.Attempt > b.Attempt
+			}
+			return a.CreatedAt.After(b.CreatedAt)
+		})
+		sort.SliceStable(p.Containers, func(i, j int) bool {
+			a, b := p.Containers[i], p.Containers[j]
+			if a.CreatedAt.Equal(b.CreatedAt) {
+				return a.Attempt > b.Attempt
+			}
+			return a.CreatedAt.After(b.CreatedAt)
+		})
+	}
+	return pods, details, ips, nil
+}
+
+func fromStatus(st *runtimeapi.ContainerStatus, c *runtimeapi.Container) *Container {
+	d := &Container{
+		ID: c.Id, Name: c.GetMetadata().GetName(), Attempt: c.GetMetadata().GetAttempt(),
+		SandboxID: c.PodSandboxId, State: c.State,
+		CreatedAt: time.Unix(0, c.CreatedAt),
+		Image:     c.GetImage().GetImage(), ImageRef: c.ImageRef,
+		Labels: c.Labels, Annotations: c.Annotations,
+	}
+	if name := c.Labels[kubetypes.KubernetesContainerNameLabel]; name != "" {
+		d.Name = name
+	}
+	if st != nil {
+		d.State = st.State
+		if st.StartedAt > 0 {
+			d.StartedAt = time.Unix(0, st.StartedAt)
+		}
+		if st.FinishedAt > 0 {
+			d.FinishedAt = time.Unix(0, st.FinishedAt)
+		}
+		d.ExitCode, d.Reason, d.Message, d.LogPath = st.ExitCode, st.Reason, st.Message, st.LogPath
+		if st.GetImage().GetImage() != "" {
+			d.Image = st.GetImage().GetImage()
+		}
+		if st.ImageRef != "" {
+			d.ImageRef = st.ImageRef
+		}
+		if p := c.Annotations[terminationMessagePathAnnotation]; p != "" {
+			for _, m := range st.Mounts {
+				if m.ContainerPath == p {
+					d.TerminationMessageHostPath = m.HostPath
+				}
+			}
+		}
+	}
+	return d
+}
+
+// fingerprint sums up what of a pod's runtime state matters to podsync.
+func fingerprint(p *Pod) string {
+	var b strings.Builder
+	for _, s := range p.Sandboxes {
+		fmt.Fprintf(&b, "s%s:%t:%v;", s.ID, s.Ready, s.IPs)
+	}
+	for _, c := range p.Containers {
+		fmt.Fprintf(&b, "c%s:%d;", c.ID, c.State)
+	}
+	return b.String()
+}
+
+// Pod is the runtime's view of the pod with uid, nil when the runtime has nothing of it.
+func (r *Relister) Pod(uid types.UID) *Pod {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.pods[uid]
+}
+
+// Pods is every pod the runtime has.
+func (r *Relister) Pods() map[types.UID]*Pod {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.pods)
+}
+
+// Synced reports whether at least one relist has succeeded.
+func (r *Relister) Synced() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return !r.last.IsZero()
+}
+
+// Health reports whether relisting is healthy: the last relist finished within
+// HealthyThreshold (counted from the start while there has been none).
+func (r *Relister) Health() (healthy bool, last time.Time, err error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	since := r.last
+	if since.IsZero() {
+		since = r.started
+	}
+	if d := r.clk.Since(since); d > HealthyThreshold {
+		return false, r.last, fmt.Errorf("pod runtime relist is not healthy: last relist %s ago (threshold %s); last error: %v", d.Round(time.Second), HealthyThreshold, r.lastErr)
+	}
+	return true, r.last, r.lastErr
+}
