@@ -1,0 +1,172 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// minGracePeriod is the least time a container gets between its stop signal and SIGKILL
+// (the kubelet's minimum).
+const minGracePeriod = 2 * time.Second
+
+// gracePeriod is how long the pod's containers get to stop: the override (a deletion's
+// grace, an eviction's) when set, else the pod's terminationGracePeriodSeconds, else 30 s.
+func gracePeriod(pod *corev1.Pod, override *int64) time.Duration {
+	secs := int64(30)
+	switch {
+	case override != nil:
+		secs = *override
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		secs = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// killPod stops every running container of the pod in parallel (each after its preStop
+// hook), then its sandboxes.
+func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, grace *int64, reasonFmt string) error {
+	if rp == nil {
+		return nil
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, cur := range rp.Containers {
+		if !cur.Running() && cur.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			continue
+		}
+		c := specOf(pod, cur.Name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.killContainer(ctx, pod, c, cur, rp.ReadySandbox(), grace, fmt.Sprintf(reasonFmt, cur.Name)); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if w.m.o.Probes != nil {
+		w.m.o.Probes.RemovePod(pod.UID)
+	}
+	for _, sb := range rp.Sandboxes {
+		if !sb.Ready {
+			continue
+		}
+		if _, err := w.m.o.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.ID}); err != nil {
+			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return nil
+}
+
+// specOf is the pod's container (app or init) named name; a stand-in when the spec has
+// none (an instance of an older spec).
+func specOf(pod *corev1.Pod, name string) *corev1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	return &corev1.Container{Name: name}
+}
+
+// killContainer runs the container's preStop hook within the grace period, then stops it
+// with what is left of the grace (at least the kubelet's 2 s).
+func (w *worker) killContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cur *relist.Container, sb *relist.Sandbox, grace *int64, message string) error {
+	g := gracePeriod(pod, grace)
+	w.event(pod, corev1.EventTypeNormal, "Killing", message)
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.o.Hooks != nil && g > 0 {
+		start := w.m.o.Clock.Now()
+		hctx, cancel := context.WithTimeout(ctx, g)
+		err := w.m.o.Hooks(hctx, pod, c, cur.ID, first(w.podIPs(pod, sb)), c.Lifecycle.PreStop)
+		cancel()
+		if err != nil {
+			w.event(pod, corev1.EventTypeWarning, "FailedPreStopHook", fmt.Sprintf("PreStopHook failed: %v", err))
+		}
+		g -= w.m.o.Clock.Since(start)
+	}
+	g = max(g, minGracePeriod)
+	if grace != nil && *grace == 0 {
+		g = 0
+	}
+	if w.m.o.Probes != nil {
+		w.m.o.Probes.RemoveContainer(pod.UID, c.Name)
+	}
+	if _, err := w.m.o.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cur.ID, Timeout: int64(g.Seconds())}); err != nil {
+		return fmt.Errorf("stop container %s (%s): %w", c.Name, cur.ID, err)
+	}
+	return nil
+}
+
+// removeAll removes every container and sandbox of a pod nobody wants any more.
+func (w *worker) removeAll(ctx context.Context, rp *relist.Pod) error {
+	if rp == nil {
+		return nil
+	}
+	for _, c := range rp.Containers {
+		if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
+			return fmt.Errorf("remove container %s: %w", c.ID, err)
+		}
+	}
+	for _, sb := range rp.Sandboxes {
+		if _, err := w.m.o.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.ID}); err != nil {
+			return fmt.Errorf("remove pod sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return nil
+}
+
+// pruneDead removes finished instances of each container beyond the newest finished one
+// (the kubelet's container garbage collection keeps one), and old stopped sandboxes.
+func (w *worker) pruneDead(ctx context.Context, pod *corev1.Pod, rp *relist.Pod) {
+	names := map[string]bool{}
+	for _, c := range rp.Containers {
+		names[c.Name] = true
+	}
+	for name := range names {
+		dead := 0
+		for _, c := range rp.Instances(name) {
+			if c.Running() || c.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+				continue
+			}
+			if dead++; dead <= 1 {
+				continue
+			}
+			if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
+				w.m.o.Log.Debug("remove dead container", "pod", pod.Namespace+"/"+pod.Name, "container", c.ID, "err", err)
+			}
+		}
+	}
+	for i, sb := range rp.Sandboxes {
+		if i == 0 || sb.Ready {
+			continue
+		}
+		inUse := false
+		for _, c := range rp.Containers {
+			inUse = inUse || c.SandboxID == sb.ID
+		}
+		if !inUse {
+			_, _ = w.m.o.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.ID})
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package podworker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// worker runs one pod.
+type worker struct {
+	m         *Manager
+	uid       types.UID
+	source    string
+	firstSeen time.Time
+	wake      chan struct{}
+	started   bool // guarded by m.mu
+
+	mu             sync.Mutex
+	pod            *corev1.Pod
+	terminating    bool
+	unwanted       bool // forget the pod once it is terminated
+	grace          *int64
+	killReason     string
+	killMessage    string
+	restarts       map[string]restartRequest
+	waiting        map[string]waitingState
+	terminated     bool
+	reported       []byte // the last reported state, to report only changes
+	startTime      time.Time
+	lastConditions []corev1.PodCondition
+}
+
+type restartRequest struct{ containerID, reason, message string }
+
+// waitingState is why a container is not running, when the runtime cannot say it.
+type waitingState struct{ reason, message string }
+
+func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
+	return &worker{
+		m: m, uid: pod.UID, source: source, pod: pod,
+		firstSeen: m.o.Clock.Now(),
+		wake:      make(chan struct{}, 1),
+		restarts:  map[string]restartRequest{},
+		waiting:   map[string]waitingState{},
+	}
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) setSpec(pod *corev1.Pod) {
+	w.mu.Lock()
+	w.pod = pod
+	if pod.DeletionTimestamp != nil && !w.terminating {
+		w.terminating = true
+		w.grace = pod.DeletionGracePeriodSeconds
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) terminate(grace *int64, reason, message string, unwanted bool) {
+	w.mu.Lock()
+	if !w.terminating || grace != nil && (w.grace == nil || *grace < *w.grace) {
+		w.grace = grace
+	}
+	w.terminating = true
+	w.unwanted = w.unwanted || unwanted
+	if reason != "" {
+		w.killReason, w.killMessage = reason, message
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) restart(name, containerID, reason, message string) {
+	w.mu.Lock()
+	w.restarts[name] = restartRequest{containerID: containerID, reason: reason, message: message}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) setWaiting(name, reason, message string) {
+	w.mu.Lock()
+	if reason == "" {
+		delete(w.waiting, name)
+	} else {
+		w.waiting[name] = waitingState{reason, message}
+	}
+	w.mu.Unlock()
+}
+
+// loop syncs the pod whenever something happens to it, and every resync period.
+func (w *worker) loop(ctx context.Context) {
+	clk := w.m.o.Clock
+	for {
+		next := w.syncOnce(ctx)
+		if next < 0 {
+			return // forgotten
+		}
+		if next == 0 || next > w.m.o.Resync {
+			next = w.m.o.Resync
+		}
+		t := clk.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-w.wake:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}
+
+// syncOnce runs one sync and reports the result. It returns when to sync again at the
+// latest (0: the resync period), or -1 when the worker is done.
+func (w *worker) syncOnce(ctx context.Context) time.Duration {
+	start := w.m.o.Clock.Now()
+	res := w.sync(ctx)
+	w.m.metrics.workerDuration.WithLabelValues(res.operation).Observe(w.m.o.Clock.Since(start).Seconds())
+	w.report(res)
+	if res.forget {
+		w.m.forget(w)
+		return -1
+	}
+	return res.next
+}
+
+// report sends the pod's state when it changed since the last report.
+func (w *worker) report(res syncResult) {
+	w.mu.Lock()
+	obs := Observed{
+		Pod: w.pod, Source: w.source, Status: res.status,
+		Terminating: w.terminating, Terminated: res.terminated, Removed: res.forget,
+		FirstSeen: w.firstSeen, Containers: res.containers,
+	}
+	b, _ := json.Marshal(struct {
+		O Observed
+		V string
+	}{obs, w.pod.ResourceVersion})
+	same := bytes.Equal(b, w.reported)
+	w.reported = b
+	w.mu.Unlock()
+	if !same && w.m.o.Report != nil {
+		w.m.o.Report(obs)
+	}
+}

@@ -1,0 +1,203 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// runSandbox makes the pod's sandbox: its log directory, then RunPodSandbox.
+func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (*relist.Sandbox, error) {
+	cfg, err := criconfig.SandboxConfig(pod, attempt, w.m.o.CRI)
+	if err != nil {
+		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		return nil, fmt.Errorf("pod log directory: %w", err)
+	}
+	resp, err := w.m.o.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+		return nil, fmt.Errorf("run pod sandbox: %w", err)
+	}
+	rp, err := w.m.o.View.Inspect(ctx, pod.UID)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range rp.GetSandboxes() {
+		if sb.ID == resp.PodSandboxId {
+			return sb, nil
+		}
+	}
+	return &relist.Sandbox{ID: resp.PodSandboxId, Attempt: attempt, Ready: true, CreatedAt: w.m.o.Clock.Now()}, nil
+}
+
+// podIPs are the pod's IPs: its sandbox's, or the node's for host-network pods.
+func (w *worker) podIPs(pod *corev1.Pod, sb *relist.Sandbox) []string {
+	if pod.Spec.HostNetwork && w.m.o.HostIPs != nil {
+		return w.m.o.HostIPs()
+	}
+	if sb == nil {
+		return nil
+	}
+	return sb.IPs
+}
+
+// startContainer pulls the image if it must, creates and starts one instance of c, and
+// runs its postStart hook.
+func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb *relist.Sandbox, sbCfg *runtimeapi.PodSandboxConfig, rp *relist.Pod, init bool) error {
+	if err := w.ensureImage(ctx, pod, c, sbCfg); err != nil {
+		return err
+	}
+	restartCount := 0
+	if prev := rp.Latest(c.Name); prev != nil {
+		restartCount = int(prev.Attempt) + 1
+	}
+	ips := w.podIPs(pod, sb)
+	pe := criconfig.PodEnv{PodIPs: ips}
+	if len(ips) > 0 {
+		pe.PodIP = ips[0]
+	}
+	if w.m.o.HostIPs != nil {
+		pe.HostIPs = w.m.o.HostIPs()
+		if len(pe.HostIPs) > 0 {
+			pe.HostIP = pe.HostIPs[0]
+		}
+	}
+	if w.m.o.Allocatable != nil {
+		pe.Allocatable = w.m.o.Allocatable()
+	}
+	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, nil, pe, w.m.o.Objects, w.m.o.CRI)
+	if err != nil {
+		w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
+		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return err
+	}
+	if termPath != "" {
+		if err := os.MkdirAll(filepath.Dir(termPath), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(termPath, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return fmt.Errorf("termination message file: %w", err)
+		}
+		f.Close()
+		_ = os.Chmod(termPath, 0o666)
+	}
+	created, err := w.m.o.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.ID, Config: cfg, SandboxConfig: sbCfg})
+	if err != nil {
+		w.setWaiting(c.Name, "CreateContainerError", err.Error())
+		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return fmt.Errorf("create container %s: %w", c.Name, err)
+	}
+	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
+	if _, err := w.m.o.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+		w.setWaiting(c.Name, "RunContainerError", err.Error())
+		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return fmt.Errorf("start container %s: %w", c.Name, err)
+	}
+	w.setWaiting(c.Name, "", "")
+	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)
+	started := w.m.o.Clock.Now()
+	if !init && w.m.o.Probes != nil {
+		w.m.o.Probes.SetContainer(pod, first(ips), c, created.ContainerId, started)
+	}
+	if h := postStart(c); h != nil && w.m.o.Hooks != nil {
+		if err := w.m.o.Hooks(ctx, pod, c, created.ContainerId, first(ips), h); err != nil {
+			msg := fmt.Sprintf("PostStartHook failed: %v", err)
+			w.event(pod, corev1.EventTypeWarning, "FailedPostStartHook", msg)
+			cur := &relist.Container{ID: created.ContainerId, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
+			if kerr := w.killContainer(ctx, pod, c, cur, sb, nil, "FailedPostStartHook"); kerr != nil {
+				return errors.Join(err, kerr)
+			}
+			return fmt.Errorf("postStart hook of %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func postStart(c *corev1.Container) *corev1.LifecycleHandler {
+	if c.Lifecycle == nil {
+		return nil
+	}
+	return c.Lifecycle.PostStart
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// pullPolicy is the container's imagePullPolicy, defaulted as the API server does.
+func pullPolicy(c *corev1.Container) corev1.PullPolicy {
+	if c.ImagePullPolicy != "" {
+		return c.ImagePullPolicy
+	}
+	ref := c.Image
+	if i := strings.LastIndex(ref, "@"); i >= 0 {
+		return corev1.PullIfNotPresent
+	}
+	tag := ""
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		tag = ref[i+1:]
+	}
+	if tag == "" || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+// ensureImage makes the container's image present as its pull policy asks, with the
+// kubelet's events and waiting reasons (ErrImagePull, ImagePullBackOff, ErrImageNeverPull).
+func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbCfg *runtimeapi.PodSandboxConfig) error {
+	spec := &runtimeapi.ImageSpec{Image: c.Image}
+	st, err := w.m.o.Runtime.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+	if err != nil {
+		w.setWaiting(c.Name, "ErrImageInspect", err.Error())
+		return fmt.Errorf("inspect image %s: %w", c.Image, err)
+	}
+	present := st.GetImage() != nil
+	policy := pullPolicy(c)
+	switch {
+	case present && policy != corev1.PullAlways:
+		w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+		return nil
+	case !present && policy == corev1.PullNever:
+		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+		w.setWaiting(c.Name, "ErrImageNeverPull", msg)
+		w.event(pod, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
+		return errors.New(msg)
+	}
+	key := string(pod.UID) + "_" + c.Image
+	if w.m.pulls.IsInBackOffSince(key, w.m.o.Clock.Now()) {
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		w.setWaiting(c.Name, "ImagePullBackOff", msg)
+		w.event(pod, corev1.EventTypeNormal, "BackOff", msg)
+		return errors.New(msg)
+	}
+	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+	start := w.m.o.Clock.Now()
+	if _, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg}); err != nil {
+		w.m.pulls.Next(key, w.m.o.Clock.Now())
+		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
+		w.setWaiting(c.Name, "ErrImagePull", msg)
+		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
+		return errors.New(msg)
+	}
+	w.m.pulls.DeleteEntry(key)
+	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s", c.Image, w.m.o.Clock.Since(start).Round(time.Millisecond)))
+	return nil
+}

@@ -1,0 +1,353 @@
+package podworker
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// maxTerminationMessage is the most of a termination message the status carries (the
+// kubelet's 4 KiB), and fallbackLogLines/Bytes how much of the log stands in for it.
+const (
+	maxTerminationMessage = 4096
+	fallbackLogLines      = 80
+	fallbackLogBytes      = 2048
+)
+
+// status computes the pod's status from its spec and the runtime's state, as the kubelet's
+// generateAPIPodStatus does.
+func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodStatus {
+	w.mu.Lock()
+	waiting := map[string]waitingState{}
+	for k, v := range w.waiting {
+		waiting[k] = v
+	}
+	if w.startTime.IsZero() {
+		w.startTime = w.m.o.Clock.Now()
+	}
+	startTime := w.startTime
+	w.mu.Unlock()
+
+	sb := rp.ReadySandbox()
+	out := corev1.PodStatus{QOSClass: criconfig.QOSClass(pod)}
+	t := metav1.NewTime(startTime)
+	out.StartTime = &t
+	if ips := w.podIPs(pod, sb); len(ips) > 0 {
+		out.PodIP = ips[0]
+		for _, ip := range ips {
+			out.PodIPs = append(out.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
+	if w.m.o.HostIPs != nil {
+		if hips := w.m.o.HostIPs(); len(hips) > 0 {
+			out.HostIP = hips[0]
+			for _, ip := range hips {
+				out.HostIPs = append(out.HostIPs, corev1.HostIP{IP: ip})
+			}
+		}
+	}
+
+	initDone := true
+	var incomplete []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := w.containerStatus(pod, c, rp, sb, waiting, true, "PodInitializing")
+		out.InitContainerStatuses = append(out.InitContainerStatuses, cs)
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			initDone = false
+			incomplete = append(incomplete, c.Name)
+		}
+	}
+	var unready []string
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		def := "ContainerCreating"
+		if !initDone {
+			def = "PodInitializing"
+		}
+		cs := w.containerStatus(pod, c, rp, sb, waiting, false, def)
+		out.ContainerStatuses = append(out.ContainerStatuses, cs)
+		if !cs.Ready {
+			unready = append(unready, c.Name)
+		}
+	}
+
+	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses)
+	if st.killReason != "" {
+		out.Phase, out.Reason, out.Message = corev1.PodFailed, st.killReason, st.killMsg
+	}
+	if st.terminating && out.Phase == corev1.PodRunning && rp.ReadySandbox() == nil && !anyRunning(rp) {
+		// Stopped for good with containers that would have restarted: the kubelet's final
+		// phase for a deleted pod is Failed unless every container succeeded.
+		out.Phase = corev1.PodFailed
+	}
+
+	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) corev1.PodCondition {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: msg}
+		if ok {
+			c.Status, c.Reason, c.Message = corev1.ConditionTrue, "", ""
+		}
+		return c
+	}
+	sandboxOK := sb != nil && (pod.Spec.HostNetwork || len(sb.IPs) > 0)
+	final := out.Phase == corev1.PodSucceeded || out.Phase == corev1.PodFailed
+	ready := len(unready) == 0 && !final
+	crReason, crMsg := "ContainersNotReady", fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	if final {
+		crReason, crMsg = "PodCompleted", ""
+	}
+	initReason, initMsg := "ContainersNotInitialized", fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(incomplete, " "))
+	out.Conditions = []corev1.PodCondition{
+		cond(corev1.PodReadyToStartContainers, sandboxOK, "", ""),
+		cond(corev1.PodInitialized, initDone || final && len(incomplete) == 0, initReason, initMsg),
+		cond(corev1.ContainersReady, ready, crReason, crMsg),
+		cond(corev1.PodReady, ready && readinessGatesPass(pod), crReason, crMsg),
+		cond(corev1.PodScheduled, true, "", ""),
+	}
+	if initDone {
+		out.Conditions[1] = cond(corev1.PodInitialized, true, "", "")
+	}
+	w.keepTransitionTimes(&out)
+	return out
+}
+
+// keepTransitionTimes carries each condition's lastTransitionTime over from the previous
+// status while its status has not changed.
+func (w *worker) keepTransitionTimes(out *corev1.PodStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := metav1.NewTime(w.m.o.Clock.Now().Truncate(time.Second))
+	prev := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, c := range w.lastConditions {
+		prev[c.Type] = c
+	}
+	for i := range out.Conditions {
+		c := &out.Conditions[i]
+		if p, ok := prev[c.Type]; ok && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		} else {
+			c.LastTransitionTime = now
+		}
+	}
+	w.lastConditions = out.Conditions
+}
+
+func readinessGatesPass(pod *corev1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		ok := false
+		for _, c := range pod.Status.Conditions {
+			if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func anyRunning(rp *relist.Pod) bool {
+	if rp == nil {
+		return false
+	}
+	for _, c := range rp.Containers {
+		if c.Running() {
+			return true
+		}
+	}
+	return false
+}
+
+// containerStatus is one container's status: its newest instance in the current sandbox,
+// the one before as lastState, or why it is waiting.
+func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relist.Pod, sb *relist.Sandbox, waiting map[string]waitingState, init bool, defaultWaiting string) corev1.ContainerStatus {
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+	insts := rp.Instances(c.Name)
+	var cur, prev *relist.Container
+	if len(insts) > 0 {
+		cur = insts[0]
+	}
+	if len(insts) > 1 {
+		prev = insts[1]
+	}
+	if cur != nil {
+		cs.RestartCount = int32(cur.Attempt)
+		cs.ContainerID = w.containerID(cur.ID)
+		if cur.ImageRef != "" {
+			cs.ImageID = cur.ImageRef
+		}
+	}
+	wt, isWaiting := waiting[c.Name]
+	switch {
+	case cur != nil && cur.Running():
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(cur.StartedAt)}
+		if prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
+		}
+		if init {
+			cs.Ready = false
+		} else {
+			cs.Ready = w.m.o.Probes == nil || w.m.o.Probes.Ready(pod.UID, c.Name)
+			started := w.m.o.Probes == nil || w.m.o.Probes.Started(pod.UID, c.Name)
+			cs.Started = &started
+		}
+	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && isWaiting:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: wt.reason, Message: wt.message}
+		cs.LastTerminationState.Terminated = w.terminatedState(c, cur)
+	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+		cs.State.Terminated = w.terminatedState(c, cur)
+		if prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
+		}
+		if init && cur.ExitCode == 0 {
+			cs.Ready = true
+		}
+	case isWaiting:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: wt.reason, Message: wt.message}
+	default:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: defaultWaiting}
+	}
+	f := false
+	if cs.Started == nil && !init {
+		cs.Started = &f
+	}
+	return cs
+}
+
+func (w *worker) containerID(id string) string {
+	name := w.m.o.RuntimeName
+	if name == "" {
+		name = "containerd"
+	}
+	return name + "://" + id
+}
+
+// terminatedState describes a finished instance, with the termination message its policy asks
+// for.
+func (w *worker) terminatedState(c *corev1.Container, inst *relist.Container) *corev1.ContainerStateTerminated {
+	t := &corev1.ContainerStateTerminated{
+		ExitCode: inst.ExitCode, Reason: inst.Reason, Message: inst.Message,
+		StartedAt: metav1.NewTime(inst.StartedAt), FinishedAt: metav1.NewTime(inst.FinishedAt),
+		ContainerID: w.containerID(inst.ID),
+	}
+	if t.Reason == "" {
+		t.Reason = "Error"
+		if t.ExitCode == 0 {
+			t.Reason = "Completed"
+		}
+	}
+	if msg := readLimited(inst.TerminationMessageHostPath, maxTerminationMessage); msg != "" {
+		t.Message = msg
+	} else if c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError && inst.ExitCode != 0 {
+		t.Message = logTail(inst.LogPath, fallbackLogLines, fallbackLogBytes)
+	}
+	return t
+}
+
+func readLimited(path string, n int64) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return string(b)
+}
+
+// logTail is the message part of the last lines of a CRI log file ("<time> <stream> <tag>
+// <message>"), at most maxBytes from the end.
+func logTail(path string, lines, maxBytes int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var msgs []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 4)
+		if len(f) == 4 {
+			msgs = append(msgs, f[3])
+		}
+	}
+	if len(msgs) > lines {
+		msgs = msgs[len(msgs)-lines:]
+	}
+	s := strings.Join(msgs, "\n")
+	if len(msgs) > 0 {
+		s += "\n"
+	}
+	if len(s) > maxBytes {
+		s = s[len(s)-maxBytes:]
+	}
+	return s
+}
+
+// phase is the pod's phase from its containers' statuses (the kubelet's getPhase).
+func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus) corev1.PodPhase {
+	pendingInit, failedInit := 0, 0
+	for _, s := range inits {
+		switch {
+		case s.State.Terminated != nil && s.State.Terminated.ExitCode == 0:
+		case s.State.Terminated != nil:
+			failedInit++
+		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil && s.LastTerminationState.Terminated.ExitCode != 0:
+			failedInit++
+		default:
+			pendingInit++
+		}
+	}
+	running, waiting, stopped, succeeded := 0, 0, 0, 0
+	for _, s := range apps {
+		switch {
+		case s.State.Running != nil:
+			running++
+		case s.State.Terminated != nil:
+			stopped++
+			if s.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+			stopped++
+		default:
+			waiting++
+		}
+	}
+	switch {
+	case failedInit > 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		return corev1.PodFailed
+	case pendingInit > 0 || failedInit > 0:
+		return corev1.PodPending
+	case waiting > 0:
+		return corev1.PodPending
+	case running > 0:
+		return corev1.PodRunning
+	case stopped > 0:
+		switch {
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyAlways:
+			return corev1.PodRunning
+		case stopped == succeeded:
+			return corev1.PodSucceeded
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+			return corev1.PodFailed
+		default:
+			return corev1.PodRunning
+		}
+	}
+	return corev1.PodPending
+}

@@ -1,0 +1,311 @@
+package podworker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// syncResult is what a sync did and found.
+type syncResult struct {
+	operation  string // for the worker duration metric: "create", "sync", "terminate"
+	status     corev1.PodStatus
+	containers []ContainerRef
+	terminated bool
+	forget     bool
+	next       time.Duration
+}
+
+// state is a consistent copy of the worker's fields for one sync.
+type state struct {
+	pod                   *corev1.Pod
+	terminating, unwanted bool
+	grace                 *int64
+	killReason, killMsg   string
+	restarts              map[string]restartRequest
+}
+
+func (w *worker) snapshot() state {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, restarts: map[string]restartRequest{}}
+	for k, v := range w.restarts {
+		st.restarts[k] = v
+	}
+	return st
+}
+
+func (w *worker) sync(ctx context.Context) syncResult {
+	st := w.snapshot()
+	pod := st.pod
+	log := w.m.o.Log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	rp, err := w.m.o.View.Inspect(ctx, w.uid)
+	if err != nil {
+		log.Warn("read the pod's runtime state", "err", err)
+		return syncResult{operation: "sync", status: w.status(pod, nil, st), next: time.Second}
+	}
+
+	if st.terminating || w.isTerminated() {
+		return w.syncTerminating(ctx, pod, rp, st)
+	}
+	res := syncResult{operation: "sync"}
+	if rp.Empty() {
+		res.operation = "create"
+	}
+	next, err := w.syncRunning(ctx, pod, rp, st)
+	if err != nil {
+		log.Info("sync pod", "err", err)
+	}
+	if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+		log.Warn("read the pod's runtime state", "err", err)
+	}
+	res.status = w.status(pod, rp, st)
+	res.containers = refs(pod, rp)
+	res.next = next
+	// A pod whose containers are all done for good stops its sandbox (the kubelet does too).
+	if res.status.Phase == corev1.PodSucceeded || res.status.Phase == corev1.PodFailed {
+		w.mu.Lock()
+		w.terminated = true
+		w.mu.Unlock()
+		return w.syncTerminating(ctx, pod, rp, st)
+	}
+	return res
+}
+
+func (w *worker) isTerminated() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.terminated
+}
+
+// syncTerminating stops everything of the pod, and forgets it when it is no longer wanted.
+func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) syncResult {
+	res := syncResult{operation: "terminate"}
+	if err := w.killPod(ctx, pod, rp, st.grace, "Stopping container %s"); err != nil {
+		w.m.o.Log.Warn("stop pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		res.status = w.status(pod, rp, st)
+		res.next = time.Second
+		return res
+	}
+	rp, err := w.m.o.View.Inspect(ctx, w.uid)
+	if err != nil {
+		res.status = w.status(pod, nil, st)
+		res.next = time.Second
+		return res
+	}
+	w.mu.Lock()
+	w.terminated = true
+	w.mu.Unlock()
+	res.terminated = true
+	res.status = w.status(pod, rp, st)
+	res.containers = refs(pod, rp)
+	if st.unwanted {
+		// Nobody wants the pod any more: remove its containers and sandboxes.
+		if err := w.removeAll(ctx, rp); err != nil {
+			w.m.o.Log.Warn("remove pod's containers", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			res.next = 5 * time.Second
+			return res
+		}
+		w.m.backoff.DeleteEntry(string(pod.UID))
+		res.forget = true
+	}
+	return res
+}
+
+// syncRunning brings the runtime in line with a pod that should run. It returns when the
+// pod needs another sync at the latest (a backoff ending), 0 for the usual resync.
+func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) (time.Duration, error) {
+	sb := rp.ReadySandbox()
+	if sb == nil {
+		// No ready sandbox: kill what is left and make a new one, unless the pod has
+		// already run and must not be restarted.
+		if !rp.Empty() && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && ranAny(pod, rp) {
+			return 0, w.killPod(ctx, pod, rp, nil, "Stopping container %s")
+		}
+		if !rp.Empty() {
+			if err := w.killPod(ctx, pod, rp, nil, "Stopping container %s"); err != nil {
+				return time.Second, err
+			}
+		}
+		attempt := uint32(0)
+		if len(rp.GetSandboxes()) > 0 {
+			attempt = rp.Sandboxes[0].Attempt + 1
+		}
+		var err error
+		if sb, err = w.runSandbox(ctx, pod, attempt); err != nil {
+			return 0, err
+		}
+		// A new sandbox runs init containers again from the start.
+		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, Sandboxes: []*relist.Sandbox{sb}}
+	}
+	sbCfg, err := criconfig.SandboxConfig(pod, sb.Attempt, w.m.o.CRI)
+	if err != nil {
+		return 0, err
+	}
+
+	// Liveness failures and spec changes: kill the instance; it is restarted below.
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cur := rp.Latest(c.Name)
+		if cur == nil || !cur.Running() || cur.SandboxID != sb.ID {
+			continue
+		}
+		msg := ""
+		if r, ok := st.restarts[c.Name]; ok && r.containerID == cur.ID {
+			msg = r.message
+		} else if info := criconfig.ParseContainerLabels(cur.Labels, cur.Annotations); info.Hash != 0 && info.Hash != criconfig.Hash(c) {
+			msg = fmt.Sprintf("Container %s definition changed, will be restarted", c.Name)
+		}
+		if msg == "" {
+			continue
+		}
+		if err := w.killContainer(ctx, pod, c, cur, sb, nil, msg); err != nil {
+			return time.Second, err
+		}
+		w.mu.Lock()
+		delete(w.restarts, c.Name)
+		w.mu.Unlock()
+		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+			return time.Second, err
+		}
+	}
+
+	// Init containers, in order: each must exit 0 before the next starts.
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cur := latestIn(rp, c.Name, sb.ID)
+		switch {
+		case cur != nil && cur.Running():
+			return 0, nil // wait for it
+		case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cur.ExitCode == 0:
+			continue
+		case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+				return 0, nil // the pod has failed
+			}
+			if wait := w.backoffWait(pod, c, cur); wait > 0 {
+				return wait, nil
+			}
+		}
+		return 0, w.startContainer(ctx, pod, c, sb, sbCfg, rp, true)
+	}
+
+	// App containers.
+	var next time.Duration
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cur := latestIn(rp, c.Name, sb.ID)
+		if cur != nil && (cur.Running() || cur.State == runtimeapi.ContainerState_CONTAINER_CREATED) {
+			if cur.Running() {
+				w.setWaiting(c.Name, "", "")
+				// Probes follow the running instance, also one an earlier podsync started.
+				if w.m.o.Probes != nil {
+					w.m.o.Probes.SetContainer(pod, first(w.podIPs(pod, sb)), c, cur.ID, cur.StartedAt)
+				}
+			}
+			continue
+		}
+		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) {
+			continue
+		}
+		if cur != nil {
+			if wait := w.backoffWait(pod, c, cur); wait > 0 {
+				if next == 0 || wait < next {
+					next = wait
+				}
+				continue
+			}
+		}
+		if err := w.startContainer(ctx, pod, c, sb, sbCfg, rp, false); err != nil {
+			w.m.o.Log.Info("start container", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "err", err)
+			if next == 0 || time.Second < next {
+				next = time.Second
+			}
+		}
+	}
+	w.pruneDead(ctx, pod, rp)
+	return next, nil
+}
+
+// latestIn is the newest instance of a container in the sandbox sbID.
+func latestIn(rp *relist.Pod, name, sbID string) *relist.Container {
+	for _, c := range rp.Instances(name) {
+		if c.SandboxID == sbID {
+			return c
+		}
+	}
+	return nil
+}
+
+// shouldRestart applies the pod's restart policy to a container's finished instance.
+func shouldRestart(policy corev1.RestartPolicy, c *relist.Container) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return c.ExitCode != 0
+	default:
+		return true
+	}
+}
+
+// ranAny reports whether any app container of the pod has run.
+func ranAny(pod *corev1.Pod, rp *relist.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if rp.Latest(c.Name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// backoffKey names a container's crash-loop backoff.
+func backoffKey(pod *corev1.Pod, c *corev1.Container) string {
+	return fmt.Sprintf("%s_%s_%s_%s_%d", pod.UID, pod.Namespace, pod.Name, c.Name, criconfig.Hash(c))
+}
+
+// backoffWait is how long a finished container must still wait before its restart (the
+// kubelet's crash-loop backoff); while it waits, the container is Waiting CrashLoopBackOff.
+func (w *worker) backoffWait(pod *corev1.Pod, c *corev1.Container, cur *relist.Container) time.Duration {
+	key := backoffKey(pod, c)
+	b := w.m.backoff
+	if b.IsInBackOffSince(key, cur.FinishedAt) {
+		d := b.Get(key)
+		wait := time.Until(cur.FinishedAt.Add(d))
+		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
+		w.setWaiting(c.Name, "CrashLoopBackOff", msg)
+		w.event(pod, corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID))
+		return max(wait, 100*time.Millisecond)
+	}
+	b.Next(key, cur.FinishedAt)
+	return 0
+}
+
+func (w *worker) event(pod *corev1.Pod, eventType, reason, message string) {
+	if w.m.o.Events != nil {
+		w.m.o.Events.Event(pod, eventType, reason, message)
+	}
+}
+
+// refs are the runtime instances of the pod's containers.
+func refs(pod *corev1.Pod, rp *relist.Pod) []ContainerRef {
+	var out []ContainerRef
+	add := func(cs []corev1.Container, init bool) {
+		for _, c := range cs {
+			r := ContainerRef{Name: c.Name, Init: init}
+			if cur := rp.Latest(c.Name); cur != nil {
+				r.ID, r.LogPath = cur.ID, cur.LogPath
+			}
+			out = append(out, r)
+		}
+	}
+	add(pod.Spec.InitContainers, true)
+	add(pod.Spec.Containers, false)
+	return out
+}

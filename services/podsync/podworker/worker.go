@@ -1,0 +1,255 @@
+// Package podworker runs each desired pod on the CRI runtime: one worker per pod, one sync
+// at a time per pod, pods in parallel (the kubelet's pod workers and its generic runtime
+// manager). A sync compares the pod's spec with what the runtime has (from the relister)
+// and acts: make the sandbox, run init containers in order, start and restart app
+// containers with backoff, kill what must go; then it computes the pod's status.
+package podworker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// Runtime is what a worker needs of the CRI runtime.
+type Runtime interface {
+	RunPodSandbox(ctx context.Context, in *runtimeapi.RunPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error)
+	StopPodSandbox(ctx context.Context, in *runtimeapi.StopPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error)
+	RemovePodSandbox(ctx context.Context, in *runtimeapi.RemovePodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error)
+	CreateContainer(ctx context.Context, in *runtimeapi.CreateContainerRequest, opts ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error)
+	StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error)
+	StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error)
+	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
+	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
+	PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, opts ...grpc.CallOption) (*runtimeapi.PullImageResponse, error)
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
+}
+
+// View reads a pod's state from the runtime.
+type View interface {
+	// Inspect asks the runtime afresh; nil when it has nothing of the pod.
+	Inspect(ctx context.Context, uid types.UID) (*relist.Pod, error)
+}
+
+// Probes are the probe workers of running containers.
+type Probes interface {
+	SetContainer(pod *corev1.Pod, podIP string, c *corev1.Container, containerID string, startedAt time.Time)
+	RemoveContainer(podUID types.UID, containerName string)
+	RemovePod(podUID types.UID)
+	Ready(podUID types.UID, containerName string) bool
+	Started(podUID types.UID, containerName string) bool
+}
+
+// HookRunner runs a container's postStart or preStop handler.
+type HookRunner func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, containerID, podIP string, h *corev1.LifecycleHandler) error
+
+// Recorder records an event about a pod (the kubelet's reasons: Pulling, Created, ...).
+type Recorder interface {
+	Event(pod *corev1.Pod, eventType, reason, message string)
+}
+
+// Observed is a pod's state after a sync, for the bus.
+type Observed struct {
+	Pod    *corev1.Pod
+	Source string
+	Status corev1.PodStatus
+	// Terminating: the pod is no longer wanted and is being stopped. Terminated: all its
+	// containers and its sandbox are stopped. Removed: the worker is gone.
+	Terminating, Terminated, Removed bool
+	FirstSeen                        time.Time
+	Containers                       []ContainerRef
+}
+
+// ContainerRef names the runtime instance of a container.
+type ContainerRef struct {
+	Name, ID, LogPath string
+	Init              bool
+}
+
+// Options configure the workers.
+type Options struct {
+	Runtime Runtime
+	View    View
+	CRI     criconfig.Options
+	Objects criconfig.Objects
+	Probes  Probes
+	Hooks   HookRunner
+	Events  Recorder
+	// Report receives each pod's state after every sync that changed it.
+	Report func(Observed)
+	// Allocatable is the node's allocatable resources (for resourceFieldRef without limits).
+	Allocatable func() corev1.ResourceList
+	HostIPs     func() []string
+	// RuntimeName prefixes container IDs in statuses ("containerd://<id>").
+	RuntimeName string
+	Clock       clock.Clock
+	Log         *slog.Logger
+	Registry    prometheus.Registerer
+	// Resync is how often a pod is synced with nothing happening (the kubelet's syncFrequency).
+	Resync time.Duration
+}
+
+// Manager owns the workers.
+type Manager struct {
+	o        Options
+	backoff  *flowcontrol.Backoff
+	pulls    *flowcontrol.Backoff
+	metrics  *metrics
+	ctx      context.Context
+	mu       sync.Mutex
+	workers  map[types.UID]*worker
+	stopping bool
+	wg       sync.WaitGroup
+}
+
+// NewManager returns a manager; Run starts it.
+func NewManager(o Options) *Manager {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Resync == 0 {
+		o.Resync = time.Minute
+	}
+	return &Manager{
+		o:       o,
+		backoff: flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
+		pulls:   flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
+		metrics: newMetrics(o.Registry),
+		workers: map[types.UID]*worker{},
+	}
+}
+
+// Run keeps the workers going until ctx ends, then waits for running syncs to finish.
+// Pods are not stopped when podsync stops: they keep running for the next podsync.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	for _, w := range m.workers {
+		m.startLocked(w)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	m.wg.Wait()
+	return nil
+}
+
+// Update tells the manager the desired spec of a pod (new or changed). A pod with a
+// deletion timestamp is terminated with its deletion grace period.
+func (m *Manager) Update(pod *corev1.Pod, source string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.workers[pod.UID]
+	if w == nil {
+		w = newWorker(m, pod, source)
+		m.workers[pod.UID] = w
+		m.metrics.workers.Inc()
+		if m.ctx != nil {
+			m.startLocked(w)
+		}
+	}
+	w.setSpec(pod)
+}
+
+// Terminate stops a pod that is no longer wanted: its containers get grace (nil: the
+// pod's own terminationGracePeriodSeconds). When reason is set, the pod ends Failed with
+// it (evictions); otherwise it keeps the phase its containers give.
+func (m *Manager) Terminate(uid types.UID, grace *int64, reason, message string) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.terminate(grace, reason, message, true)
+	return true
+}
+
+// Kill stops a pod that stays wanted but must not run (evicted, rejected later): it ends
+// Failed with reason and message.
+func (m *Manager) Kill(uid types.UID, grace *int64, reason, message string) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.terminate(grace, reason, message, false)
+	return true
+}
+
+// Trigger asks the workers of the given pods to sync soon (their runtime state changed).
+func (m *Manager) Trigger(uids ...types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, uid := range uids {
+		if w := m.workers[uid]; w != nil {
+			w.poke()
+		}
+	}
+}
+
+// RestartContainer asks the worker to kill and restart a container whose liveness probe
+// failed (only the instance containerID; a newer one is left alone).
+func (m *Manager) RestartContainer(uid types.UID, name, containerID, reason, message string) {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w != nil {
+		w.restart(name, containerID, reason, message)
+	}
+}
+
+// Known reports whether the manager has a worker for uid.
+func (m *Manager) Known(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workers[uid] != nil
+}
+
+// Pods is the UIDs of every pod with a worker.
+func (m *Manager) Pods() []types.UID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]types.UID, 0, len(m.workers))
+	for uid := range m.workers {
+		out = append(out, uid)
+	}
+	return out
+}
+
+func (m *Manager) startLocked(w *worker) {
+	if w.started {
+		return
+	}
+	w.started = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		w.loop(m.ctx)
+	}()
+}
+
+// forget removes a worker whose pod is terminated and no longer wanted.
+func (m *Manager) forget(w *worker) {
+	m.mu.Lock()
+	if m.workers[w.uid] == w {
+		delete(m.workers, w.uid)
+		m.metrics.workers.Dec()
+	}
+	m.mu.Unlock()
+}
