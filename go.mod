@@ -8,9 +8,11 @@ require (
 	github.com/unitlet/unitlet/integration v0.0.0
 	github.com/unitlet/unitlet/proto v0.0.0
 	github.com/unitlet/unitlet/services/config v0.0.0
+	github.com/unitlet/unitlet/services/podsync v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	google.golang.org/grpc v1.79.3
 	google.golang.org/protobuf v1.36.12
+	k8s.io/api v0.36.3
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -60,10 +62,11 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.36.3 // indirect
 	k8s.io/apimachinery v0.36.3 // indirect
 	k8s.io/client-go v0.36.3 // indirect
 	k8s.io/component-base v0.36.3 // indirect
+	k8s.io/component-helpers v0.36.3 // indirect
+	k8s.io/cri-api v0.36.3 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/kubelet v0.36.3 // indirect
@@ -77,5 +80,6 @@ replace (
 	github.com/unitlet/unitlet/integration => ./integration
 	github.com/unitlet/unitlet/proto => ./proto
 	github.com/unitlet/unitlet/services/config => ./services/config
+	github.com/unitlet/unitlet/services/podsync => ./services/podsync
 	github.com/unitlet/unitlet/shared => ./shared
 )

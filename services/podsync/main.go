@@ -1,0 +1,365 @@
+package podsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/cri"
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/lifecycle"
+	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
+	"github.com/unitlet/unitlet/services/podsync/nodeinfo"
+	"github.com/unitlet/unitlet/services/podsync/podsource"
+	"github.com/unitlet/unitlet/services/podsync/podworker"
+	"github.com/unitlet/unitlet/services/podsync/prober"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/peercred"
+	"github.com/unitlet/unitlet/shared/version"
+)
+
+// ServiceName is unitlet-podsync's name on the bus.
+const ServiceName = "podsync"
+
+// configWait bounds the wait for unitlet-config at start.
+const configWait = 30 * time.Second
+
+// Main runs unitlet-podsync and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "unitlet-podsync: %v\n", err)
+		return code
+	}
+	fs := pflag.NewFlagSet("unitlet-podsync", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: unitlet-podsync [--version]\n\nunitlet-podsync runs the node's pods on the CRI runtime. It reads the node's\nconfiguration from unitlet-config over the bus; process settings come from UNITLET_*\nvariables (see the README).\n")
+			return daemon.ExitOK
+		}
+		return fail(daemon.ExitBadConfig, err)
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("unitlet-podsync"))
+		return daemon.ExitOK
+	}
+	var settings daemon.Settings
+	if err := daemon.ParseEnv(&settings, nil); err != nil {
+		return fail(daemon.ExitBadConfig, err)
+	}
+	if err := settings.Validate(); err != nil {
+		return fail(daemon.ExitBadConfig, err)
+	}
+	log, err := daemon.NewLogger(stderr, settings, ServiceName)
+	if err != nil {
+		return fail(daemon.ExitBadConfig, err)
+	}
+	if err := run(ctx, settings, log); err != nil {
+		log.Error("unitlet-podsync failed", "err", err)
+		return daemon.ExitCode(err)
+	}
+	return daemon.ExitOK
+}
+
+// nodeConfig is what podsync reads of unitlet-config's configuration.
+type nodeConfig struct {
+	kc    *kubeletconfigv1beta1.KubeletConfiguration
+	node  *configv1.NodeIdentity
+	paths *configv1.Paths
+}
+
+// loadConfig asks unitlet-config for the configuration in effect, waiting for it to start.
+func loadConfig(ctx context.Context, socketDir string) (*nodeConfig, error) {
+	conn, err := bus.Dial(socketDir, "config")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, configWait)
+	defer cancel()
+	resp, err := configv1.NewConfigServiceClient(conn).GetConfig(cctx, &configv1.GetConfigRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("get the node configuration from unitlet-config (%s): %w", daemon.SocketPath(socketDir, "config"), err)
+	}
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{}
+	if err := json.Unmarshal(resp.GetConfig().GetKubeletConfiguration(), kc); err != nil {
+		return nil, fmt.Errorf("decode the KubeletConfiguration from unitlet-config: %w", err)
+	}
+	return &nodeConfig{kc: kc, node: resp.GetConfig().GetNode(), paths: resp.GetConfig().GetPaths()}, nil
+}
+
+func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
+	cfg, err := loadConfig(ctx, settings.SocketDir)
+	if err != nil {
+		return err
+	}
+	kc := cfg.kc
+	nodeName := cfg.node.GetName()
+	rootDir := cfg.paths.GetRootDir()
+	if nodeName == "" || rootDir == "" {
+		return fmt.Errorf("unitlet-config gave no node name or root dir")
+	}
+	clk := clock.RealClock{}
+
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
+	if err != nil {
+		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
+	}
+	defer rt.Close()
+
+	machine, err := nodeinfo.ReadMachine(rootDir)
+	if err != nil {
+		return fmt.Errorf("read the machine's resources: %w", err)
+	}
+	id := nodeinfo.Identity{Name: nodeName, Hostname: cfg.node.GetHostname(), IPs: cfg.node.GetIps(), Labels: cfg.node.GetLabels()}
+	for _, t := range cfg.node.GetTaints() {
+		id.Taints = append(id.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	localNode, err := nodeinfo.Node(kc, id, machine)
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+
+	var client kubernetes.Interface
+	if kubeconfig := cfg.paths.GetKubeconfig(); kubeconfig != "" {
+		if _, err := os.Stat(kubeconfig); err == nil {
+			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", kubeconfig, err))
+			}
+			rc.UserAgent = "unitlet-podsync/" + version.Version
+			rc.QPS, rc.Burst = float32(ptrOr(kc.KubeAPIQPS, 50)), int(kc.KubeAPIBurst)
+			if client, err = kubernetes.NewForConfig(rc); err != nil {
+				return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", kubeconfig, err))
+			}
+		} else {
+			log.Info("no kubeconfig: running standalone, static pods only", "kubeconfig", kubeconfig)
+		}
+	}
+
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	reg := d.Registry()
+
+	var wanted []string
+	if kc.StaticPodPath != "" {
+		wanted = append(wanted, podsource.SourceFile)
+	}
+	if kc.StaticPodURL != "" {
+		wanted = append(wanted, podsource.SourceHTTP)
+	}
+	if client != nil {
+		wanted = append(wanted, podsource.SourceAPI)
+	}
+	svc := NewService(log, clk, reg, func() *corev1.Node { return localNode }, int(kc.MaxPods), wanted)
+	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
+	defer probes.Stop()
+
+	hostIPs := cfg.node.GetIps()
+	var workers *podworker.Manager
+	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), func(uids []types.UID) { workers.Trigger(uids...) })
+	workers = podworker.NewManager(podworker.Options{
+		Runtime: rt,
+		View:    relister,
+		CRI: criconfig.Options{
+			ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: ptrOr(kc.ResolverConfig, ""),
+			PodLogsDir: kc.PodLogsDir, PodsDir: filepath.Join(rootDir, "pods"), CgroupDriver: kc.CgroupDriver,
+			NodeName: nodeName, NodeIPs: hostIPs,
+		},
+		Objects: apiObjects{client},
+		Probes:  probes,
+		Hooks: func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, containerID, podIP string, h *corev1.LifecycleHandler) error {
+			return lifecycle.RunHook(ctx, rt, pod, c, containerID, podIP, h)
+		},
+		Events:      newRecorder(client, nodeName, log),
+		Report:      svc.Report,
+		Allocatable: func() corev1.ResourceList { return localNode.Status.Allocatable },
+		HostIPs:     func() []string { return hostIPs },
+		Clock:       clk,
+		Log:         log.With("component", "podworker"),
+		Registry:    reg,
+		Resync:      kc.SyncFrequency.Duration,
+	})
+	svc.Attach(workers, relister)
+
+	health := &runtimeHealth{rt: rt, relister: relister}
+	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health))
+	d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/KillPod", peercred.Root())
+	d.SetHealthCheck(func(context.Context) error {
+		ok, _, err := relister.Health()
+		if !ok {
+			return err
+		}
+		return nil
+	})
+
+	// Relist: the runtime's state every second.
+	d.Go("relist", relister.Run)
+	// Workers: one per pod.
+	d.Go("pod workers", workers.Run)
+	// Housekeeping: pods the runtime has and nobody wants.
+	d.Go("housekeeping", svc.Housekeeping)
+	// Probe results: liveness failures restart containers, the rest changes statuses.
+	d.Go("probe results", func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case r := <-probes.Updates():
+				if r.Kind == prober.Liveness && !r.Success {
+					workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, "Unhealthy", fmt.Sprintf("Container %s failed liveness probe, will be restarted", r.ContainerName))
+				} else if r.Kind == prober.Startup && !r.Success {
+					workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, "Unhealthy", fmt.Sprintf("Container %s failed startup probe, will be restarted", r.ContainerName))
+				} else {
+					workers.Trigger(r.PodUID)
+				}
+			}
+		}
+	})
+	// Runtime status: CRI Status every 5 s for the health report.
+	d.Go("runtime status", health.Run)
+	// Pod sources.
+	if kc.StaticPodPath != "" {
+		d.Go("static pods", func(ctx context.Context) error {
+			return podsource.WatchDir(ctx, kc.StaticPodPath, nodeName, kc.FileCheckFrequency.Duration, svc, svc, log.With("component", "source-file"))
+		})
+	}
+	if kc.StaticPodURL != "" {
+		d.Go("static pod URL", func(ctx context.Context) error {
+			return podsource.PollURL(ctx, kc.StaticPodURL, httpHeader(kc.StaticPodURLHeader), nodeName, kc.HTTPCheckFrequency.Duration, svc, svc, log.With("component", "source-http"))
+		})
+	}
+	if client != nil {
+		d.Go("API pods", func(ctx context.Context) error {
+			return podsource.WatchAPI(ctx, client, nodeName, svc, svc, log.With("component", "source-api"))
+		})
+		mirrors := mirrorpod.NewManager(client, nodeName, log.With("component", "mirror"))
+		d.Go("mirror pods", func(ctx context.Context) error { return reconcileMirrors(ctx, svc, mirrors, log) })
+	}
+	return d.Run(ctx)
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// reconcileMirrors keeps the mirror pods of static pods in the API, when static pods or
+// mirror pods change and every 10 s.
+func reconcileMirrors(ctx context.Context, svc *Service, m *mirrorpod.Manager, log *slog.Logger) error {
+	changed := make(chan struct{}, 1)
+	svc.mu.Lock()
+	svc.onStatic = func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	svc.mu.Unlock()
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	var lastErr string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-t.C:
+		}
+		static, mirrors := svc.StaticPods()
+		if err := m.Reconcile(ctx, static, mirrors); err != nil && err.Error() != lastErr {
+			log.Warn("mirror pods", "err", err)
+			lastErr = err.Error()
+		} else if err == nil {
+			lastErr = ""
+		}
+	}
+}
+
+// runtimeHealth polls the runtime's Status.
+type runtimeHealth struct {
+	rt       *cri.Client
+	relister *relist.Relister
+	mu       sync.Mutex
+	last     *podsyncv1.RuntimeHealth
+}
+
+func (h *runtimeHealth) Run(ctx context.Context) error {
+	for {
+		h.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func (h *runtimeHealth) poll(ctx context.Context) {
+	out := &podsyncv1.RuntimeHealth{}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if v, err := h.rt.Version(cctx, &runtimeapi.VersionRequest{}); err == nil {
+		out.RuntimeName, out.RuntimeVersion = v.RuntimeName, v.RuntimeVersion
+	}
+	st, err := h.rt.Status(cctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		out.Message = fmt.Sprintf("container runtime is down: %v", err)
+	} else {
+		for _, c := range st.GetStatus().GetConditions() {
+			switch c.Type {
+			case runtimeapi.RuntimeReady:
+				out.RuntimeReady = c.Status
+				if !c.Status {
+					out.Message = fmt.Sprintf("container runtime not ready: %s: %s", c.Reason, c.Message)
+				}
+			case runtimeapi.NetworkReady:
+				out.NetworkReady = c.Status
+				if !c.Status && out.Message == "" {
+					out.Message = fmt.Sprintf("container runtime network not ready: %s: %s", c.Reason, c.Message)
+				}
+			}
+		}
+	}
+	h.mu.Lock()
+	h.last = out
+	h.mu.Unlock()
+}
+
+// RuntimeHealth is the last runtime status with the relist's health.
+func (h *runtimeHealth) RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHealth {
+	h.mu.Lock()
+	last := h.last
+	h.mu.Unlock()
+	if last == nil {
+		h.poll(ctx)
+		h.mu.Lock()
+		last = h.last
+		h.mu.Unlock()
+	}
+	out := clonePodHealth(last)
+	relistHealth(out, h.relister)
+	return out
+}

@@ -1,0 +1,363 @@
+// Package podsync is unitlet-podsync: it runs the pods the node should run. It gathers the
+// desired pods from the API server and from static manifests, admits them, runs them on
+// the CRI runtime (sandboxes, containers, images, probes, hooks, restarts with backoff,
+// graceful termination), relists the runtime every second, and reports each pod's
+// observed status over the bus.
+package podsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/admission"
+	"github.com/unitlet/unitlet/services/podsync/podsource"
+	"github.com/unitlet/unitlet/services/podsync/podworker"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/watch"
+)
+
+// watchHistory is how many pod changes the hub remembers for subscribers that reconnect.
+const watchHistory = 1024
+
+// Service is the desired pods, their workers and what they observed.
+type Service struct {
+	log      *slog.Logger
+	clk      clock.WithTicker
+	workers  *podworker.Manager
+	relister *relist.Relister
+	node     func() *corev1.Node
+	maxPods  int
+	metrics  *metrics
+	// sourcesWanted are the sources that must report once before podsync removes pods
+	// the runtime has and nobody wants (after a restart, not before it knows them all).
+	sourcesWanted []string
+
+	mu       sync.Mutex
+	sources  map[string][]*corev1.Pod // the desired pods of each source
+	seen     map[string]bool          // sources that have reported
+	desired  map[types.UID]*corev1.Pod
+	sourceOf map[types.UID]string
+	admitted map[types.UID]bool
+	rejected map[types.UID]admission.Result
+	observed map[types.UID]*podsyncv1.Pod
+	mirrors  map[string]*corev1.Pod // mirror pods by namespace/name
+	hub      *watch.Hub[[]*podsyncv1.Pod]
+	onStatic func() // told when static or mirror pods change
+}
+
+// NewService returns the service. node gives the node as admission sees it.
+func NewService(log *slog.Logger, clk clock.WithTicker, reg prometheus.Registerer, node func() *corev1.Node, maxPods int, sourcesWanted []string) *Service {
+	s := &Service{
+		log: log, clk: clk, node: node, maxPods: maxPods, sourcesWanted: sourcesWanted,
+		metrics:  newMetrics(reg),
+		sources:  map[string][]*corev1.Pod{},
+		seen:     map[string]bool{},
+		desired:  map[types.UID]*corev1.Pod{},
+		sourceOf: map[types.UID]string{},
+		admitted: map[types.UID]bool{},
+		rejected: map[types.UID]admission.Result{},
+		observed: map[types.UID]*podsyncv1.Pod{},
+		mirrors:  map[string]*corev1.Pod{},
+	}
+	s.hub = watch.NewHub(0, watchHistory, s.snapshotLocked)
+	return s
+}
+
+// Attach gives the service its workers and relister (they need the service's callbacks).
+func (s *Service) Attach(w *podworker.Manager, r *relist.Relister) {
+	s.workers, s.relister = w, r
+}
+
+// SetPods takes the complete desired set of one source (podsource.Sink).
+func (s *Service) SetPods(source string, pods []*corev1.Pod) {
+	s.mu.Lock()
+	s.sources[source] = pods
+	s.seen[source] = true
+	s.recomputeLocked()
+	s.mu.Unlock()
+	if source != podsource.SourceAPI && s.onStatic != nil {
+		s.onStatic()
+	}
+}
+
+// SetMirrorPods takes the mirror pods the API has for this node (podsource.MirrorSink).
+func (s *Service) SetMirrorPods(pods []*corev1.Pod) {
+	s.mu.Lock()
+	s.mirrors = map[string]*corev1.Pod{}
+	for _, p := range pods {
+		s.mirrors[p.Namespace+"/"+p.Name] = p
+	}
+	for uid, o := range s.observed {
+		if p := s.desired[uid]; p != nil {
+			if m := s.mirrors[p.Namespace+"/"+p.Name]; m != nil && o.MirrorUid != string(m.UID) {
+				o.MirrorUid = string(m.UID)
+				s.publishLocked(o)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if s.onStatic != nil {
+		s.onStatic()
+	}
+}
+
+// BadManifest counts and logs a manifest a source skipped (podsource.Reporter).
+func (s *Service) BadManifest(source, name string, err error) {
+	s.metrics.badManifests.WithLabelValues(source).Inc()
+	s.log.Warn("skipped a bad pod manifest", "source", source, "manifest", name, "err", err)
+}
+
+// StaticPods are the desired pods from static sources, and the mirror pods the API has.
+func (s *Service) StaticPods() (static, mirrors []*corev1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for src, pods := range s.sources {
+		if src != podsource.SourceAPI {
+			static = append(static, pods...)
+		}
+	}
+	for _, m := range s.mirrors {
+		mirrors = append(mirrors, m)
+	}
+	return static, mirrors
+}
+
+// recomputeLocked brings the workers in line with the union of the sources: new pods are
+// admitted (in creation order, as the kubelet does) and started, changed ones updated,
+// vanished ones stopped and forgotten.
+func (s *Service) recomputeLocked() {
+	next := map[types.UID]*corev1.Pod{}
+	src := map[types.UID]string{}
+	for source, pods := range s.sources {
+		for _, p := range pods {
+			if _, dup := next[p.UID]; dup {
+				continue
+			}
+			next[p.UID], src[p.UID] = p, source
+		}
+	}
+	var added []*corev1.Pod
+	for uid, p := range next {
+		if _, ok := s.desired[uid]; ok {
+			if s.admitted[uid] {
+				s.workers.Update(p, src[uid])
+			}
+			continue
+		}
+		added = append(added, p)
+	}
+	for uid := range s.desired {
+		if _, ok := next[uid]; !ok {
+			if !s.workers.Terminate(uid, nil, "", "") {
+				s.forgetLocked(uid)
+			}
+		}
+	}
+	s.desired, s.sourceOf = next, src
+	sort.Slice(added, func(i, j int) bool {
+		a, b := added[i], added[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.UID < b.UID
+	})
+	for _, p := range added {
+		s.admitLocked(p, src[p.UID])
+	}
+}
+
+// admitLocked runs admission for a new pod; an admitted pod gets a worker, a rejected one
+// ends Failed with the kubelet's reason and never runs.
+func (s *Service) admitLocked(p *corev1.Pod, source string) {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		// Nothing to admit: a worker still stops whatever the runtime has of it.
+		s.admitted[p.UID] = true
+		s.workers.Update(p, source)
+		return
+	}
+	var active []*corev1.Pod
+	for uid := range s.admitted {
+		if q := s.desired[uid]; q != nil && q.UID != p.UID && !s.terminal(uid) {
+			active = append(active, q)
+		}
+	}
+	r := admission.Admit(p, s.node(), active, s.maxPods)
+	if !r.Admit {
+		s.metrics.rejected.WithLabelValues(r.Reason).Inc()
+		s.log.Info("pod rejected by admission", "pod", p.Namespace+"/"+p.Name, "reason", r.Reason, "message", r.Message)
+		s.rejected[p.UID] = r
+		st := admission.Reject(p, r)
+		o := s.observedLocked(p, source)
+		o.Status, _ = json.Marshal(st)
+		o.Terminated = true
+		s.publishLocked(o)
+		return
+	}
+	s.admitted[p.UID] = true
+	s.workers.Update(p, source)
+}
+
+// terminal reports whether an admitted pod has finished (it no longer counts against the
+// node's resources).
+func (s *Service) terminal(uid types.UID) bool {
+	o := s.observed[uid]
+	return o != nil && o.Terminated
+}
+
+func (s *Service) forgetLocked(uid types.UID) {
+	delete(s.admitted, uid)
+	delete(s.rejected, uid)
+	if o := s.observed[uid]; o != nil {
+		delete(s.observed, uid)
+		o.Removed = true
+		s.publishLocked(o)
+	}
+}
+
+func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
+	o := s.observed[p.UID]
+	if o == nil {
+		o = &podsyncv1.Pod{Uid: string(p.UID), FirstSeen: timestamppb.New(s.clk.Now())}
+		s.observed[p.UID] = o
+	}
+	o.Namespace, o.Name, o.Source = p.Namespace, p.Name, source
+	if m := s.mirrors[p.Namespace+"/"+p.Name]; m != nil && source != podsource.SourceAPI {
+		o.MirrorUid = string(m.UID)
+	}
+	return o
+}
+
+// Report takes a worker's observation of its pod.
+func (s *Service) Report(ob podworker.Observed) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ob.Removed {
+		s.forgetLocked(ob.Pod.UID)
+		return
+	}
+	o := s.observedLocked(ob.Pod, ob.Source)
+	o.FirstSeen = timestamppb.New(ob.FirstSeen)
+	o.Status, _ = json.Marshal(ob.Status)
+	o.Terminating, o.Terminated = ob.Terminating, ob.Terminated
+	o.Containers = o.Containers[:0]
+	for _, c := range ob.Containers {
+		o.Containers = append(o.Containers, &podsyncv1.Container{Name: c.Name, Id: c.ID, LogPath: c.LogPath, Init: c.Init})
+	}
+	s.metrics.observe(ob)
+	s.publishLocked(o)
+}
+
+func (s *Service) publishLocked(o *podsyncv1.Pod) {
+	c := clonePod(o)
+	s.hub.Publish(func(uint64) []*podsyncv1.Pod { return []*podsyncv1.Pod{c} })
+}
+
+// snapshotLocked is every pod (called by the hub under its lock, with s.mu held by the
+// caller of Subscribe).
+func (s *Service) snapshotLocked() []*podsyncv1.Pod {
+	out := make([]*podsyncv1.Pod, 0, len(s.observed))
+	for _, o := range s.observed {
+		out = append(out, clonePod(o))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// List is every pod and the sequence number of the newest change included.
+func (s *Service) List() ([]*podsyncv1.Pod, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked(), s.hub.Seq()
+}
+
+// Subscribe starts a watch after the given sequence number.
+func (s *Service) Subscribe(after uint64) *watch.Subscription[[]*podsyncv1.Pod] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hub.Subscribe(after)
+}
+
+// Kill stops a pod for good with a reason (evictions).
+func (s *Service) Kill(uid types.UID, grace *int64, reason, message string) error {
+	if !s.workers.Kill(uid, grace, reason, message) {
+		return fmt.Errorf("pod %s: %w", uid, errUnknownPod)
+	}
+	return nil
+}
+
+// Housekeeping stops and removes what the runtime runs of pods nobody wants (pods deleted
+// while podsync was down), once every source has reported.
+func (s *Service) Housekeeping(ctx context.Context) error {
+	t := s.clk.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		s.mu.Lock()
+		ready := true
+		for _, src := range s.sourcesWanted {
+			ready = ready && s.seen[src]
+		}
+		s.mu.Unlock()
+		if !ready || !s.relister.Synced() {
+			continue
+		}
+		for uid, rp := range s.relister.Pods() {
+			if s.workers.Known(uid) {
+				continue
+			}
+			s.mu.Lock()
+			_, wanted := s.desired[uid]
+			s.mu.Unlock()
+			if wanted {
+				continue
+			}
+			s.log.Info("stopping a pod nobody wants", "pod", rp.Namespace+"/"+rp.Name, "uid", uid)
+			orphan := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid, Name: rp.Name, Namespace: rp.Namespace}}
+			if g := orphanGrace(rp); g != nil {
+				orphan.Spec.TerminationGracePeriodSeconds = g
+			}
+			s.workers.Update(orphan, "runtime")
+			s.workers.Terminate(uid, nil, "", "")
+		}
+	}
+}
+
+// orphanGrace is the grace period the kubelet's labels recorded on the pod's containers.
+func orphanGrace(rp *relist.Pod) *int64 {
+	for _, c := range rp.Containers {
+		if v, ok := c.Annotations["io.kubernetes.pod.terminationGracePeriod"]; ok {
+			var g int64
+			if _, err := fmt.Sscan(v, &g); err == nil {
+				return &g
+			}
+		}
+	}
+	return nil
+}
+
+// RuntimeChanged is the relister's callback: wake the workers of the pods that changed.
+func (s *Service) RuntimeChanged(uids []types.UID) {
+	s.workers.Trigger(uids...)
+}

@@ -1,0 +1,77 @@
+package podsync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+)
+
+// apiObjects reads the configMaps and secrets containers' env refers to.
+type apiObjects struct{ client kubernetes.Interface }
+
+func (o apiObjects) ConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	if o.client == nil {
+		return nil, fmt.Errorf("configmap %s/%s: no API server (standalone node)", ns, name)
+	}
+	return o.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (o apiObjects) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	if o.client == nil {
+		return nil, fmt.Errorf("secret %s/%s: no API server (standalone node)", ns, name)
+	}
+	return o.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// recorder records pod events in the API (when there is one) and in the log.
+type recorder struct {
+	rec record.EventRecorder
+	log *slog.Logger
+}
+
+func newRecorder(client kubernetes.Interface, nodeName string, log *slog.Logger) *recorder {
+	r := &recorder{log: log.With("component", "events")}
+	if client != nil {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		r.rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName})
+	}
+	return r
+}
+
+// Event records an event about pod.
+func (r *recorder) Event(pod *corev1.Pod, eventType, reason, message string) {
+	r.log.Debug("pod event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
+	if r.rec != nil && pod.Name != "" {
+		r.rec.Event(pod, eventType, reason, message)
+	}
+}
+
+// httpHeader is the kubelet's staticPodURLHeader as an http.Header.
+func httpHeader(h map[string][]string) http.Header {
+	out := http.Header{}
+	for k, vs := range h {
+		for _, v := range vs {
+			out.Add(k, v)
+		}
+	}
+	return out
+}
+
+func clonePodHealth(h *podsyncv1.RuntimeHealth) *podsyncv1.RuntimeHealth {
+	if h == nil {
+		return &podsyncv1.RuntimeHealth{}
+	}
+	return proto.Clone(h).(*podsyncv1.RuntimeHealth)
+}
