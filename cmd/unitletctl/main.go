@@ -3,6 +3,7 @@
 //
 //	unitletctl status [SERVICE...]   every service: socket, reachability, health, version, pid, uptime
 //	unitletctl config                the effective configuration, its generation and the last reload
+//	unitletctl pods                  the node's pods: status, readiness, restarts, age, IP
 //	unitletctl version               unitletctl's own version
 //
 // Output is a table or YAML; -o json prints JSON.
@@ -40,6 +41,7 @@ const usage = `Usage: unitletctl [flags] COMMAND
 Commands:
   status [SERVICE...]  the unitlet services: socket, reachability, health, version, pid, uptime
   config               the node's effective configuration, its generation and the last reload
+  pods                 the node's pods (unitlet-podsync): status, ready, restarts, age, IP, source
   version              unitletctl's version
 
 Flags:
@@ -88,6 +90,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		err = configCmd(ctx, g)
+	case "pods":
+		if len(rest) > 0 {
+			err = usageError(fmt.Errorf("pods takes no arguments"))
+			break
+		}
+		err = podsCmd(ctx, g, time.Now())
 	case "version":
 		fmt.Fprintln(stdout, version.String("unitletctl"))
 	default:
