@@ -29,7 +29,8 @@ const binDir = "/usr/local/bin/"
 // capabilities is the capability bounding set each service may keep, space-separated. A new
 // service must be added here: its capabilities are a decision, not a default.
 var capabilities = map[string]string{
-	"unitlet-config.service": "",
+	"unitlet-config.service":  "",
+	"unitlet-podsync.service": "",
 }
 
 // analyze returns the path of systemd-analyze. The unit tests are part of the suite on every
