@@ -27,9 +27,9 @@ LDFLAGS := -X github.com/unitlet/unitlet/shared/version.Version=$(VERSION) \
 	-X github.com/unitlet/unitlet/shared/version.GitCommit=$(COMMIT)
 
 # Every module of the workspace, as package patterns.
-PKGS := ./... ./proto/... ./shared/... ./services/config/... ./integration/...
-UNIT_PKGS := ./... ./proto/... ./shared/... ./services/config/...
-CMDS := unitlet-config unitletctl unitlet-harness
+PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/... ./integration/...
+UNIT_PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/...
+CMDS := unitlet-config unitlet-podsync unitletctl unitlet-harness
 
 .PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench fuzz run clean tools
 
@@ -89,6 +89,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzLoadFile$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletconfig/
 	$(GO) test -run='^$$' -fuzz='^FuzzDropInMerge$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletconfig/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./shared/checkpoint/
+	$(GO) test -run='^$$' -fuzz='^FuzzStaticPod$$' -fuzztime=$(FUZZTIME) ./services/podsync/podsource/
 
 ## proto: regenerate the bus API's Go code
 proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)

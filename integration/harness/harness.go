@@ -260,13 +260,18 @@ func (h *Harness) Down() error {
 	order := map[string]int{"containerd": 1, "kube-scheduler": 2, "kube-controller-manager": 3, "kube-apiserver": 4, "etcd": 5}
 	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
 	var errs []error
-	if p := st.Procs["containerd"]; p.alive() {
-		if err := h.removeAllPods(context.Background()); err != nil {
-			fmt.Fprintf(h.out, "could not remove the pods through CRI (%v); killing their shims\n", err)
-		}
-	}
+	podsRemoved := false
 	for _, n := range names {
 		p := st.Procs[n]
+		if order[n] > 0 && !podsRemoved {
+			// The nodes are stopped (their podsync would race the removal); the runtime runs.
+			podsRemoved = true
+			if p := st.Procs["containerd"]; p.alive() {
+				if err := h.removeAllPods(context.Background()); err != nil {
+					fmt.Fprintf(h.out, "could not remove the pods through CRI (%v); killing their shims\n", err)
+				}
+			}
+		}
 		if err := p.stop(15 * time.Second); err != nil {
 			errs = append(errs, err)
 			continue
@@ -355,7 +360,7 @@ func tail(path string, n int) string {
 
 // buildUnitlet builds the unitlet binaries of this checkout into the stack's bin dir.
 func (h *Harness) buildUnitlet() error {
-	cmd := exec.Command("go", "build", "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitletctl")
+	cmd := exec.Command("go", "build", "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-podsync", "./cmd/unitletctl")
 	cmd.Dir = h.repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -16,6 +16,11 @@ import (
 // nodeDir is a node machine's files: config, state, sockets, credentials.
 func (h *Harness) nodeDir(node string) string { return filepath.Join(h.paths.root, "nodes", node) }
 
+// NodeManifestDir is a process node's staticPodPath.
+func (h *Harness) NodeManifestDir(node string) string {
+	return filepath.Join(h.nodeDir(node), "manifests")
+}
+
 // NodeSocketDir is where a node's bus sockets are: a process node's, or the directory an
 // nspawn machine's /run/unitlet is bound to.
 func (h *Harness) NodeSocketDir(node string) string { return filepath.Join(h.nodeDir(node), "run") }
@@ -36,8 +41,13 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				if err := h.prepareNode(n, f); err != nil {
 					return nil, err
 				}
-				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name)}
-				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, filepath.Join(h.binDir(), "unitlet-"+svc),
+				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
+				bin := filepath.Join(h.binDir(), "unitlet-"+svc)
+				if svc != "config" {
+					// The other services read everything from unitlet-config.
+					return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin)
+				}
+				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin,
 					"--config="+filepath.Join(dir, "config.yaml"), "--config-dir="+filepath.Join(dir, "config.d"),
 					"--root-dir="+filepath.Join(dir, "state"), "--hostname-override="+n.Name,
 					"--kubeconfig="+filepath.Join(dir, "kubeconfig"),
@@ -62,6 +72,16 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 		endpoint = h.RuntimeEndpoint()
 	}
 	cfg := nodeConfig(n, f.ca.CertFile, endpoint)
+	// Static pods from the node's manifests directory, pod logs under the node's directory
+	// (not the host's /var/log/pods: several nodes share the host).
+	cfg += "staticPodPath: " + h.NodeManifestDir(n.Name) + "\n" +
+		"podLogsDir: " + filepath.Join(dir, "pod-logs") + "\n" +
+		"fileCheckFrequency: 20s\n"
+	for _, d := range []string{h.NodeManifestDir(n.Name), filepath.Join(dir, "pod-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -85,7 +87,7 @@ func LoadStack(path string) (*Stack, error) {
 		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)
 	}
 	seen := map[string]bool{}
-	nspawn := 0
+	nspawn, podsync := 0, 0
 	for i, n := range s.Nodes {
 		if !nodeName.MatchString(n.Name) || seen[n.Name] {
 			return nil, fmt.Errorf("%s: nodes[%d].name %q: want a unique DNS label", path, i, n.Name)
@@ -101,12 +103,26 @@ func LoadStack(path string) (*Stack, error) {
 			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn", path, i, n.Backend)
 		}
 		for j, svc := range n.Services {
-			if svc != "config" {
-				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: the services that exist so far: config", path, i, j, svc)
+			if !slices.Contains(knownServices, svc) {
+				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: the services that exist so far: %s", path, i, j, svc, strings.Join(knownServices, ", "))
 			}
+			if n.Backend == "nspawn" && svc != "config" {
+				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: nspawn nodes run only config so far", path, i, j, svc)
+			}
+		}
+		if slices.Contains(n.Services, "podsync") {
+			if podsync++; podsync > 1 {
+				return nil, fmt.Errorf("%s: nodes[%d]: a second node with podsync: the nodes share the stack's containerd, and each podsync stops pods it did not start", path, i)
+			}
+		}
+		if len(n.Services) > 0 && n.Services[0] != "config" {
+			return nil, fmt.Errorf("%s: nodes[%d].services: config must come first (the others read the configuration from it)", path, i)
 		}
 	}
 	return &s, nil
 }
+
+// knownServices are the unitlet services a node may run.
+var knownServices = []string{"config", "podsync"}
 
 func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }

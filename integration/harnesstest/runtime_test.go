@@ -41,8 +41,10 @@ func TestCRISandboxAndContainerRun(t *testing.T) {
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "cri-test", Namespace: "default", Uid: uid},
 		Hostname:     "cri-test",
 		LogDirectory: logDir,
-		Labels:       map[string]string{"io.kubernetes.pod.name": "cri-test", "io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.uid": uid},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		// Not the kubelet's pod labels: node-1's unitlet-podsync shares this containerd and
+		// stops pods with those labels that nobody asked it to run.
+		Labels: map[string]string{"unitlet.test/pod": uid},
+		Linux:  &runtimeapi.LinuxPodSandboxConfig{},
 	}
 	pod, err := rt.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig})
 	if err != nil {

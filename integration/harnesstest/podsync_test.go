@@ -1,0 +1,296 @@
+package harnesstest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/bus"
+)
+
+// podsyncNode is the stack's node running unitlet-podsync as host processes.
+const podsyncNode = "node-1"
+
+// registerNode creates the Node object of podsyncNode, as unitlet-status will: without it
+// the controller-manager deletes pods bound to the node and mirror pods have no owner.
+func registerNode(t *testing.T) {
+	t.Helper()
+	c := admin(t)
+	_, err := c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: podsyncNode}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("register node %s: %v", podsyncNode, err)
+	}
+}
+
+// podsyncPods lists the pods unitlet-podsync reports, by namespace/name.
+func podsyncPods(ctx context.Context, t *testing.T) map[string]*podsyncv1.Pod {
+	t.Helper()
+	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "podsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := podsyncv1.NewPodSyncServiceClient(conn).ListPods(ctx, &podsyncv1.ListPodsRequest{})
+	if err != nil {
+		t.Fatalf("ListPods: %v", err)
+	}
+	out := map[string]*podsyncv1.Pod{}
+	for _, p := range resp.GetPods() {
+		out[p.Namespace+"/"+p.Name] = p
+	}
+	return out
+}
+
+func statusOf(p *podsyncv1.Pod) corev1.PodStatus {
+	var st corev1.PodStatus
+	_ = json.Unmarshal(p.GetStatus(), &st)
+	return st
+}
+
+// waitPod waits until podsync reports the pod and cond holds for its status.
+func waitPod(t *testing.T, within time.Duration, key, what string, cond func(p *podsyncv1.Pod, st corev1.PodStatus) bool) (*podsyncv1.Pod, corev1.PodStatus) {
+	t.Helper()
+	var last *podsyncv1.Pod
+	stack.WaitFor(t, within, key+": "+what, func(ctx context.Context) (bool, string) {
+		last = podsyncPods(ctx, t)[key]
+		if last == nil {
+			return false, "podsync does not report the pod"
+		}
+		st := statusOf(last)
+		b, _ := json.MarshalIndent(st, "", "  ")
+		return cond(last, st), string(b)
+	})
+	return last, statusOf(last)
+}
+
+// runtimeContainers are the CRI containers of a pod, by the kubelet's labels.
+func runtimeContainers(ctx context.Context, t *testing.T, uid string) []*runtimeapi.Container {
+	t.Helper()
+	rt, err := stack.CRI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	resp, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Containers
+}
+
+func busyboxPod(name string, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:                      podsyncNode,
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](2),
+			Containers: []corev1.Container{{
+				Name: "main", Image: "unitlet.local/busybox:1", ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script},
+			}},
+		},
+	}
+}
+
+func createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	registerNode(t)
+	c := admin(t)
+	created, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", p.Name, err)
+	}
+	t.Cleanup(func() {
+		_ = c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	return created
+}
+
+func TestPodsyncRunsAPIPod(t *testing.T) {
+	p := createPod(t, busyboxPod("api-pod", "echo hello from $HOSTNAME; sleep 3600"))
+	_, st := waitPod(t, time.Minute, "default/api-pod", "Running and ready", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+		return st.Phase == corev1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].Ready
+	})
+	if st.PodIP == "" || !strings.HasPrefix(st.PodIP, "10.88.") {
+		t.Errorf("pod IP %q, want one from the bridge network 10.88.0.0/16", st.PodIP)
+	}
+	ctx := context.Background()
+	ctrs := runtimeContainers(ctx, t, string(p.UID))
+	if len(ctrs) != 1 {
+		t.Fatalf("CRI has %d containers of the pod, want 1", len(ctrs))
+	}
+	l := ctrs[0].Labels
+	if l["io.kubernetes.pod.name"] != "api-pod" || l["io.kubernetes.pod.namespace"] != "default" || l["io.kubernetes.container.name"] != "main" {
+		t.Errorf("CRI labels %v: want the kubelet's pod and container labels", l)
+	}
+	// The log at the kubelet's path: <podLogsDir>/<ns>_<name>_<uid>/<container>/<restart>.log.
+	logFile := filepath.Join(stack.Dir(), "nodes", podsyncNode, "pod-logs", "default_api-pod_"+string(p.UID), "main", "0.log")
+	stack.WaitFor(t, 10*time.Second, "the container's output in "+logFile, func(context.Context) (bool, string) {
+		b, err := os.ReadFile(logFile)
+		return strings.Contains(string(b), "hello from api-pod"), fmt.Sprintf("%q %v", b, err)
+	})
+	// unitletctl shows it.
+	out, err := stack.Exec(podsyncNode, []string{"unitletctl", "pods"}).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "api-pod") || !strings.Contains(string(out), "Running") {
+		t.Errorf("unitletctl pods: %v\n%s", err, out)
+	}
+}
+
+func TestPodsyncStaticPodAndMirrorPod(t *testing.T) {
+	registerNode(t)
+	manifest := filepath.Join(stack.NodeManifestDir(podsyncNode), "static-web.yaml")
+	bad := filepath.Join(stack.NodeManifestDir(podsyncNode), "broken.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: static-web
+spec:
+  containers:
+  - name: server
+    image: unitlet.local/testserver:1
+    imagePullPolicy: Never
+    command: [/bin/testserver, serve]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A broken manifest next to it is skipped; the good one still runs.
+	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers: [{name: x}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(bad)
+	key := "default/static-web-" + podsyncNode
+	_, st := waitPod(t, time.Minute, key, "Running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+		return st.Phase == corev1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].Ready
+	})
+	_ = st
+	if _, ok := podsyncPods(context.Background(), t)["default/broken-"+podsyncNode]; ok {
+		t.Errorf("podsync runs the broken manifest")
+	}
+	c := admin(t)
+	var mirror *corev1.Pod
+	stack.WaitFor(t, 30*time.Second, "the mirror pod of "+key, func(ctx context.Context) (bool, string) {
+		m, err := c.CoreV1().Pods("default").Get(ctx, "static-web-"+podsyncNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		mirror = m
+		_, ok := m.Annotations["kubernetes.io/config.mirror"]
+		return ok, fmt.Sprintf("annotations %v", m.Annotations)
+	})
+	if len(mirror.OwnerReferences) != 1 || mirror.OwnerReferences[0].Kind != "Node" || mirror.OwnerReferences[0].Name != podsyncNode {
+		t.Errorf("mirror pod owners %v, want the Node %s", mirror.OwnerReferences, podsyncNode)
+	}
+	uid := podsyncPods(context.Background(), t)[key].GetUid()
+
+	// Removing the manifest stops the pod and deletes the mirror pod.
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, 30*time.Second, "the static pod's containers removed and its mirror pod deleted", func(ctx context.Context) (bool, string) {
+		ctrs := runtimeContainers(ctx, t, uid)
+		_, err := c.CoreV1().Pods("default").Get(ctx, "static-web-"+podsyncNode, metav1.GetOptions{})
+		return len(ctrs) == 0 && apierrors.IsNotFound(err), fmt.Sprintf("%d containers; mirror pod: %v", len(ctrs), err)
+	})
+}
+
+func TestPodsyncRestartPolicies(t *testing.T) {
+	never := busyboxPod("never-fails", "echo bye; exit 3")
+	never.Spec.RestartPolicy = corev1.RestartPolicyNever
+	createPod(t, never)
+	onFailure := busyboxPod("onfailure-succeeds", "exit 0")
+	onFailure.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	createPod(t, onFailure)
+	always := busyboxPod("always-crashes", "exit 1")
+	createPod(t, always)
+
+	_, st := waitPod(t, time.Minute, "default/never-fails", "Failed", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodFailed })
+	if term := st.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 3 || st.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("restartPolicy Never: container status %+v, want terminated with exit code 3 and no restart", st.ContainerStatuses[0])
+	}
+	waitPod(t, time.Minute, "default/onfailure-succeeds", "Succeeded", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodSucceeded })
+
+	// Always: restarted with the kubelet's backoff: at once, then after 10 s, then 20 s.
+	_, st = waitPod(t, 90*time.Second, "default/always-crashes", "two restarts and CrashLoopBackOff", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+		cs := st.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount >= 2 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	cs := st.ContainerStatuses[0]
+	if cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 1 {
+		t.Errorf("lastState %+v, want terminated with exit code 1", cs.LastTerminationState)
+	}
+	// The gap between the last two runs is the backoff: 10 s after the second failure.
+	uid := podsyncPods(context.Background(), t)["default/always-crashes"].GetUid()
+	insts := runtimeContainers(context.Background(), t, uid)
+	t.Logf("restart count %d, %d instances kept by the runtime", cs.RestartCount, len(insts))
+	if len(insts) > 2 {
+		t.Errorf("the runtime keeps %d instances of a crashing container; podsync keeps the running one and the last dead one", len(insts))
+	}
+}
+
+func TestPodsyncInitContainersRunInOrder(t *testing.T) {
+	p := busyboxPod("with-inits", "sleep 3600")
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "first", Image: "unitlet.local/busybox:1", ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", "sleep 1"}},
+		{Name: "second", Image: "unitlet.local/busybox:1", ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", "sleep 1"}},
+	}
+	created := createPod(t, p)
+	waitPod(t, time.Minute, "default/with-inits", "Running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
+	rt, err := stack.CRI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	times := map[string][2]int64{}
+	for _, c := range runtimeContainers(context.Background(), t, string(created.UID)) {
+		s, err := rt.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		times[c.Metadata.Name] = [2]int64{s.Status.StartedAt, s.Status.FinishedAt}
+	}
+	if !(times["first"][1] <= times["second"][0] && times["second"][1] <= times["main"][0]) || times["main"][0] == 0 {
+		t.Errorf("containers did not run in order first, second, main: %v", times)
+	}
+}
+
+func TestPodsyncGracefulDeletion(t *testing.T) {
+	// The container ignores SIGTERM, so it runs until the grace period ends.
+	p := busyboxPod("graceful", "trap '' TERM; while true; do sleep 1; done")
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](6)
+	created := createPod(t, p)
+	waitPod(t, time.Minute, "default/graceful", "Running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
+	start := time.Now()
+	if err := admin(t).CoreV1().Pods("default").Delete(context.Background(), "graceful", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, 30*time.Second, "the container stopped", func(ctx context.Context) (bool, string) {
+		for _, c := range runtimeContainers(ctx, t, string(created.UID)) {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return false, "still running after " + time.Since(start).Round(time.Second).String()
+			}
+		}
+		return true, ""
+	})
+	took := time.Since(start)
+	t.Logf("stopped %s after the delete (grace period 6 s)", took.Round(100*time.Millisecond))
+	if took < 5*time.Second || took > 15*time.Second {
+		t.Errorf("the container stopped %s after the delete; the grace period is 6 s", took)
+	}
+	p2, _ := waitPod(t, 10*time.Second, "default/graceful", "terminated", func(p *podsyncv1.Pod, _ corev1.PodStatus) bool { return p.Terminated })
+	if !p2.Terminating {
+		t.Errorf("pod reported terminated but not terminating: %v", p2)
+	}
+}
