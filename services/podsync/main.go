@@ -199,6 +199,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		Log:         log.With("component", "podworker"),
 		Registry:    reg,
 		Resync:      kc.SyncFrequency.Duration,
+		StateDir:    filepath.Join(rootDir, "podsync"),
 	})
 	svc.Attach(workers, relister)
 
@@ -288,7 +289,10 @@ func reconcileMirrors(ctx context.Context, svc *Service, m *mirrorpod.Manager, l
 		case <-changed:
 		case <-t.C:
 		}
-		static, mirrors := svc.StaticPods()
+		static, mirrors, ok := svc.StaticPods()
+		if !ok {
+			continue
+		}
 		if err := m.Reconcile(ctx, static, mirrors); err != nil && err.Error() != lastErr {
 			log.Warn("mirror pods", "err", err)
 			lastErr = err.Error()

@@ -102,7 +102,12 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		return fmt.Errorf("create container %s: %w", c.Name, err)
 	}
 	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
-	if _, err := w.m.o.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+	if err := w.m.journal.begin(created.ContainerId); err != nil {
+		return fmt.Errorf("record the start of container %s: %w", c.Name, err)
+	}
+	_, err = w.m.o.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId})
+	w.m.journal.end(created.ContainerId)
+	if err != nil {
 		w.setWaiting(c.Name, "RunContainerError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("start container %s: %w", c.Name, err)

@@ -176,6 +176,16 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 	}
 
+	// A container whose start a killed podsync interrupted: remove it and start afresh,
+	// with the same restart count.
+	if removed, err := w.removeUnstarted(ctx, pod, rp, sb.ID); err != nil {
+		return time.Second, err
+	} else if removed {
+		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+			return time.Second, err
+		}
+	}
+
 	// Init containers, in order: each must exit 0 before the next starts.
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -201,7 +211,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cur := latestIn(rp, c.Name, sb.ID)
-		if cur != nil && (cur.Running() || cur.State == runtimeapi.ContainerState_CONTAINER_CREATED) {
+		if cur != nil && cur.Running() {
 			if cur.Running() {
 				w.setWaiting(c.Name, "", "")
 				// Probes follow the running instance, also one an earlier podsync started.
@@ -231,6 +241,37 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	}
 	w.pruneDead(ctx, pod, rp)
 	return next, nil
+}
+
+// interruptedStart reports whether a container instance never ran because a podsync was
+// killed while starting it: created and never started, or failed to start while the start
+// journal says a start was in flight (containerd ends a start whose caller goes away).
+// Such an instance is no failure of the container's: it does not count as a restart.
+func (w *worker) interruptedStart(c *relist.Container) bool {
+	switch c.State {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return true
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return c.StartedAt.IsZero() && w.m.journal.interrupted(c.ID)
+	}
+	return false
+}
+
+// removeUnstarted removes the pod's containers in sandbox sbID whose start was interrupted.
+func (w *worker) removeUnstarted(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, sbID string) (bool, error) {
+	removed := false
+	for _, c := range rp.Containers {
+		if c.SandboxID != sbID || !w.interruptedStart(c) {
+			continue
+		}
+		w.m.o.Log.Info("removing a container created but never started", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)
+		if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
+			return removed, fmt.Errorf("remove unstarted container %s: %w", c.ID, err)
+		}
+		w.m.journal.end(c.ID)
+		removed = true
+	}
+	return removed, nil
 }
 
 // latestIn is the newest instance of a container in the sandbox sbID.

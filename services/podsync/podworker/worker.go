@@ -8,6 +8,7 @@ package podworker
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -97,6 +98,9 @@ type Options struct {
 	Clock       clock.Clock
 	Log         *slog.Logger
 	Registry    prometheus.Registerer
+	// StateDir keeps what the runtime cannot tell after a restart (starts in flight); ""
+	// keeps nothing.
+	StateDir string
 	// Resync is how often a pod is synced with nothing happening (the kubelet's syncFrequency).
 	Resync time.Duration
 }
@@ -104,6 +108,7 @@ type Options struct {
 // Manager owns the workers.
 type Manager struct {
 	o        Options
+	journal  startJournal
 	backoff  *flowcontrol.Backoff
 	pulls    *flowcontrol.Backoff
 	metrics  *metrics
@@ -124,11 +129,19 @@ func NewManager(o Options) *Manager {
 	}
 	return &Manager{
 		o:       o,
+		journal: startJournal{dir: filepathJoin(o.StateDir, "starting")},
 		backoff: flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
 		pulls:   flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
 		metrics: newMetrics(o.Registry),
 		workers: map[types.UID]*worker{},
 	}
+}
+
+func filepathJoin(dir, name string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, name)
 }
 
 // Run keeps the workers going until ctx ends, then waits for running syncs to finish.
