@@ -121,9 +121,17 @@ func (s *Service) BadManifest(source, name string, err error) {
 }
 
 // StaticPods are the desired pods from static sources, and the mirror pods the API has.
-func (s *Service) StaticPods() (static, mirrors []*corev1.Pod) {
+// ok is false until every static source has reported once: before that, a mirror pod
+// without a static pod may only mean its manifest has not been read yet.
+func (s *Service) StaticPods() (static, mirrors []*corev1.Pod, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ok = true
+	for _, src := range s.sourcesWanted {
+		if src != podsource.SourceAPI && !s.seen[src] {
+			ok = false
+		}
+	}
 	for src, pods := range s.sources {
 		if src != podsource.SourceAPI {
 			static = append(static, pods...)
@@ -132,7 +140,7 @@ func (s *Service) StaticPods() (static, mirrors []*corev1.Pod) {
 	for _, m := range s.mirrors {
 		mirrors = append(mirrors, m)
 	}
-	return static, mirrors
+	return static, mirrors, ok
 }
 
 // recomputeLocked brings the workers in line with the union of the sources: new pods are
