@@ -282,6 +282,7 @@ func (h *Harness) Down() error {
 		return errors.Join(errs...)
 	}
 	h.killShims()
+	h.flushNeighbours()
 	if err := h.unmountUnder(h.paths.root); err != nil {
 		return err
 	}

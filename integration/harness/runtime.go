@@ -92,6 +92,16 @@ func shortName(s string) string {
 	return s
 }
 
+// flushNeighbours forgets the host's ARP entries for the pod subnet. IPAM hands out the
+// same addresses again in a new stack (its state goes with the old one); a stale entry
+// holding the MAC of an earlier pod's veth makes the host's traffic to the new pod (HTTP
+// and TCP probes, tests) vanish for seconds until the kernel re-resolves it.
+func (h *Harness) flushNeighbours() {
+	if out, err := exec.Command("ip", "-4", "neigh", "flush", "to", h.stack.Runtime.PodSubnet).CombinedOutput(); err != nil {
+		fmt.Fprintf(h.out, "could not flush the ARP entries of %s: %v %s\n", h.stack.Runtime.PodSubnet, err, out)
+	}
+}
+
 func (h *Harness) containerd() component {
 	return component{
 		name: "containerd",
@@ -105,6 +115,7 @@ func (h *Harness) containerd() component {
 			if err != nil {
 				return nil, err
 			}
+			h.flushNeighbours()
 			return startProcess(h.paths.logs, "containerd", nil, "containerd", "--config", cfg)
 		},
 		ready: func(ctx context.Context) error {
