@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/...
 CMDS := unitlet-config unitlet-podsync unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync fuzz run clean tools
 
 all: build
 
@@ -76,12 +76,24 @@ cluster: prereqs
 down:
 	$(GO) run ./cmd/unitlet-harness down
 
-## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs)
-bench:
+## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
+## then pod start on the harness (bench-podsync)
+bench: bench-bus bench-podsync
+
+bench-bus:
 	@mkdir -p $(CACHE)
 	$(GO) test -run='^$$' -bench=. -benchtime=20000x -count=1 ./shared/bus/ | tee $(CACHE)/bench.log
 	@echo; echo "bus round trip (target: p50 < 100 µs, p99 < 1000 µs):"; \
 	awk '/^Benchmark/ { name=$$1; for (i=2; i<=NF; i++) { if ($$i=="p50-µs") p50=$$(i-1); if ($$i=="p99-µs") p99=$$(i-1) } printf "  %-40s p50 %8s µs   p99 %8s µs\n", name, p50, p99 }' $(CACHE)/bench.log
+
+## bench-podsync: 1, 30 and 100 pods created at once through the API server on the harness:
+## time until CRI reports all running, per-pod p50/p99, time until all are gone after the
+## delete, podsync's RSS and CPU at 100 pods
+bench-podsync: build harness-binaries
+	@mkdir -p $(CACHE)
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkPodStart -benchtime=1x -count=1 -timeout=30m ./integration/harnesstest/ | tee $(CACHE)/bench-podsync.log
+	@echo; echo "pod start on unitlet-podsync (compare: ../shared/ENVIRONMENT.md, kubelet figures):"; \
+	awk '/^BenchmarkPodStart/ { line=$$1; for (i=3; i<NF; i+=2) line=line "  " $$(i+1) "=" $$i; print "  " line }' $(CACHE)/bench-podsync.log
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in test-unit)
 FUZZTIME ?= 30s

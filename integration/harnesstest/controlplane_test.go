@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, repo, func(h *harness.Harness) { stack = h }))
 }
 
-func admin(t *testing.T) kubernetes.Interface {
+func admin(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	c, err := stack.AdminClient()
 	if err != nil {

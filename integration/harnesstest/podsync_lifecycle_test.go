@@ -150,7 +150,7 @@ func TestPodsyncHooks(t *testing.T) {
 }
 
 // podsyncPID is the pid of node-1's unitlet-podsync.
-func podsyncPID(t *testing.T) int {
+func podsyncPID(t testing.TB) int {
 	t.Helper()
 	for _, c := range stack.Status() {
 		if c.Name == podsyncNode+"/unitlet-podsync" && c.Alive {
@@ -239,7 +239,7 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 
 	// Killed again with everything running: nothing is restarted.
 	killPodsync(t)
-	pods = allRunning("all 30 pods still running after a second SIGKILL")
+	allRunning("all 30 pods still running after a second SIGKILL")
 	time.Sleep(3 * time.Second)
 	pods = podsyncPods(context.Background(), t)
 	for key, id := range ids {

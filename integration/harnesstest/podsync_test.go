@@ -25,7 +25,7 @@ const podsyncNode = "node-1"
 
 // registerNode creates the Node object of podsyncNode, as unitlet-status will: without it
 // the controller-manager deletes pods bound to the node and mirror pods have no owner.
-func registerNode(t *testing.T) {
+func registerNode(t testing.TB) {
 	t.Helper()
 	c := admin(t)
 	_, err := c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: podsyncNode}}, metav1.CreateOptions{})
