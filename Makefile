@@ -131,7 +131,8 @@ lint: $(STATICCHECK)
 	$(GO) vet $(PKGS)
 	$(STATICCHECK) $(PKGS)
 
-## run: start unitlet-config with deploy/'s example config as a local process and show it
+## run: a standalone node (integration/stacks/standalone.yaml: containerd, unitlet-config,
+## unitlet-podsync, no API server) running deploy/examples/'s static pods, until Ctrl-C
 run: prereqs build
 	@bash deploy/run-local.sh $(BIN)
 

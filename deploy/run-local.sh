@@ -1,49 +1,50 @@
 #!/usr/bin/env bash
-# `make run`: starts this node's unitlet services as local processes with deploy/'s example
-# configuration, shows them with unitletctl, and keeps them running until Ctrl-C.
-# State and sockets go under UNITLET_RUN_DIR (default /tmp/unitlet-run), never into /run or
-# /var/lib, so it does not touch a node that is installed on this machine.
+# `make run`: a standalone unitlet node on this machine — containerd with its own root and
+# socket, a bridge network, the project's images, and unitlet-config + unitlet-podsync as
+# local processes running the static pods of deploy/examples/ with no API server (the
+# stack integration/stacks/standalone.yaml). It shows the node with unitletctl and keeps it
+# running until Ctrl-C, which takes everything down again.
 set -euo pipefail
 bin=${1:?usage: run-local.sh BIN_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-run=${UNITLET_RUN_DIR:-/tmp/unitlet-run}
-mkdir -p "$run/sock" "$run/root"
-export UNITLET_SOCKET_DIR="$run/sock"
-export UNITLET_METRICS_ADDR=${UNITLET_METRICS_ADDR:-127.0.0.1:10271}
+repo=$(cd "$here/.." && pwd)
+stack="$repo/integration/stacks/standalone.yaml"
+harness="$bin/unitlet-harness"
+node=local
+on_node() { "$harness" exec -f "$stack" "$node" -- "$@"; }
 
-pids=()
-stop() {
+down() {
 	trap - EXIT INT TERM
 	echo
-	echo "stopping: ${pids[*]}"
-	kill -TERM "${pids[@]}" 2>/dev/null || true
-	wait || true
+	echo "== taking the node down"
+	"$harness" down -f "$stack" || true
 }
-trap stop EXIT INT TERM
+trap down EXIT INT TERM
 
-"$bin/unitlet-config" --config="$here/config.yaml" --config-dir="$here/config.d" \
-	--root-dir="$run/root" 2>>"$run/unitlet-config.log" &
-pids+=($!)
+echo "== bringing up the standalone node (containerd, images, unitlet-config, unitlet-podsync)"
+(cd "$repo" && "$harness" up -f "$stack")
+manifests=${UNITLET_HARNESS_DIR:-/var/tmp/unitlet-harness}/standalone/nodes/$node/manifests
+cp "$here"/examples/*.yaml "$manifests/"
+echo "== static pods from deploy/examples/ copied into $manifests"
 
-for _ in $(seq 100); do
-	[ -S "$UNITLET_SOCKET_DIR/config.sock" ] && break
-	if ! kill -0 "${pids[0]}" 2>/dev/null; then
-		echo "unitlet-config exited; its log ($run/unitlet-config.log):" >&2
-		tail -n 20 "$run/unitlet-config.log" >&2
-		exit 1
+printf "waiting for them to run and be ready"
+for _ in $(seq 60); do
+	# Every pod Running with all its containers ready (READY n/n).
+	if on_node unitletctl pods | awk 'NR>1 {n++; split($4, r, "/"); if ($3!="Running" || r[1]!=r[2]) bad=1} END {exit (n==0 || bad)}'; then
+		break
 	fi
-	sleep 0.1
+	printf "."
+	sleep 1
 done
-
-echo "== unitletctl status (services of later issues are not started yet)"
-"$bin/unitletctl" status || true
 echo
-echo "== unitletctl config"
-"$bin/unitletctl" config
+echo "== unitletctl status"
+on_node unitletctl status config podsync || true
 echo
-echo "unitlet-config is running: pid ${pids[0]}, log $run/unitlet-config.log"
-echo "  bus socket  $UNITLET_SOCKET_DIR/config.sock   (UNITLET_SOCKET_DIR=$UNITLET_SOCKET_DIR $bin/unitletctl status)"
-echo "  metrics     http://$UNITLET_METRICS_ADDR/metrics   /configz   /healthz"
-echo "  reload      edit deploy/config.yaml or deploy/config.d/*.conf, or kill -HUP ${pids[0]}"
-echo "Ctrl-C stops it."
-wait
+echo "== unitletctl pods"
+on_node unitletctl pods
+echo
+echo "The node runs until Ctrl-C. Meanwhile, in another shell:"
+echo "  $harness exec -f $stack $node -- unitletctl pods      # the pods"
+echo "  $harness logs -f $stack $node/unitlet-podsync          # podsync's log"
+echo "  add, edit or remove manifests in $manifests: podsync follows within a second"
+while sleep 3600; do :; done

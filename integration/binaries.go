@@ -50,11 +50,30 @@ func Binary(name string) (string, error) {
 
 // RepoRoot is the checkout's top directory.
 func RepoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate the source tree")
+	if _, file, _, ok := runtime.Caller(0); ok {
+		if dir := filepath.Dir(filepath.Dir(file)); isRepo(dir) {
+			return dir, nil
+		}
 	}
-	return filepath.Dir(filepath.Dir(file)), nil
+	// Built with -trimpath (bin/unitlet-harness): the checkout the command runs in.
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if isRepo(d) {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("cannot locate the unitlet source tree from %s: run in the checkout", dir)
+		}
+	}
+}
+
+// isRepo reports whether dir is the root of a unitlet checkout.
+func isRepo(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "integration", "stacks", "single-node.yaml"))
+	return filepath.IsAbs(dir) && err == nil
 }
 
 // RequireTool fails with what to install when a command is missing. Tests never skip for a

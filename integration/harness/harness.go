@@ -129,12 +129,14 @@ func (h *Harness) step(what string, fn func() (string, error)) error {
 // again at any time.
 func (h *Harness) Up(ctx context.Context) error {
 	total := time.Now()
-	if err := h.step("binaries", func() (string, error) {
-		b, err := EnsureBinaries(h.repo, h.out)
-		h.bins = b
-		return "", err
-	}); err != nil {
-		return err
+	if !h.stack.Standalone {
+		if err := h.step("binaries", func() (string, error) {
+			b, err := EnsureBinaries(h.repo, h.out)
+			h.bins = b
+			return "", err
+		}); err != nil {
+			return err
+		}
 	}
 	var files *controlPlaneFiles
 	if err := h.step("PKI and kubeconfigs", func() (string, error) {
@@ -145,9 +147,11 @@ func (h *Harness) Up(ctx context.Context) error {
 		return err
 	}
 	st := h.loadState()
-	for _, c := range h.controlPlane(files) {
-		if err := h.ensure(ctx, st, c); err != nil {
-			return err
+	if !h.stack.Standalone {
+		for _, c := range h.controlPlane(files) {
+			if err := h.ensure(ctx, st, c); err != nil {
+				return err
+			}
 		}
 	}
 	if h.stack.Runtime.Kind == "containerd" {
@@ -158,14 +162,16 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
-	client, err := h.AdminClient()
-	if err != nil {
-		return err
-	}
-	if err := h.step("TLS bootstrapping (token, RBAC, auto-approval)", func() (string, error) {
-		return "", h.setUpBootstrap(ctx, client)
-	}); err != nil {
-		return err
+	if !h.stack.Standalone {
+		client, err := h.AdminClient()
+		if err != nil {
+			return err
+		}
+		if err := h.step("TLS bootstrapping (token, RBAC, auto-approval)", func() (string, error) {
+			return "", h.setUpBootstrap(ctx, client)
+		}); err != nil {
+			return err
+		}
 	}
 	if len(h.stack.Nodes) > 0 {
 		if err := h.step("unitlet binaries", func() (string, error) { return "", h.buildUnitlet() }); err != nil {
@@ -183,6 +189,10 @@ func (h *Harness) Up(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if h.stack.Standalone {
+		fmt.Fprintf(h.out, "stack %s (standalone: no API server) is up in %s\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond))
+		return nil
 	}
 	fmt.Fprintf(h.out, "stack %s is up in %s\n  kubectl --kubeconfig=%s get nodes\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond), h.AdminKubeconfig())
 	return nil

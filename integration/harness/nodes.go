@@ -47,11 +47,15 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 					// The other services read everything from unitlet-config.
 					return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin)
 				}
-				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin,
-					"--config="+filepath.Join(dir, "config.yaml"), "--config-dir="+filepath.Join(dir, "config.d"),
-					"--root-dir="+filepath.Join(dir, "state"), "--hostname-override="+n.Name,
-					"--kubeconfig="+filepath.Join(dir, "kubeconfig"),
-					"--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
+				args := []string{
+					"--config=" + filepath.Join(dir, "config.yaml"), "--config-dir=" + filepath.Join(dir, "config.d"),
+					"--root-dir=" + filepath.Join(dir, "state"), "--hostname-override=" + n.Name,
+					"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+				}
+				if !h.stack.Standalone {
+					args = append(args, "--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
+				}
+				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin, args...)
 			},
 			ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
 		})
@@ -84,6 +88,9 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
+	}
+	if h.stack.Standalone {
+		return nil // no API server: no credentials, so podsync runs static pods only
 	}
 	cert, key, err := f.ca.issue(dir, "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
 	if err != nil {

@@ -20,7 +20,10 @@ import (
 // Stack is a stack file: what to bring up.
 type Stack struct {
 	// Name names the stack; its data lives in <StateRoot>/<Name>.
-	Name         string       `json:"name"`
+	Name string `json:"name"`
+	// Standalone stacks have no control plane: their nodes run static pods only, with no
+	// API server (the kubelet's standalone mode). controlPlane is then ignored.
+	Standalone   bool         `json:"standalone"`
 	ControlPlane ControlPlane `json:"controlPlane"`
 	Runtime      Runtime      `json:"runtime"`
 	Nodes        []Node       `json:"nodes"`
