@@ -22,15 +22,49 @@ type RuntimeStatus interface {
 	RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHealth
 }
 
+// Streamer gets streaming URLs (exec, attach, port-forward) from the runtime.
+type Streamer interface {
+	StreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (string, error)
+}
+
 // Server is the bus API of unitlet-podsync.
 type Server struct {
 	podsyncv1.UnimplementedPodSyncServiceServer
-	svc     *Service
-	runtime RuntimeStatus
+	svc      *Service
+	runtime  RuntimeStatus
+	streamer Streamer
 }
 
 // NewServer serves svc over the bus.
-func NewServer(svc *Service, rt RuntimeStatus) *Server { return &Server{svc: svc, runtime: rt} }
+func NewServer(svc *Service, rt RuntimeStatus, st Streamer) *Server {
+	return &Server{svc: svc, runtime: rt, streamer: st}
+}
+
+// GetStreamingURL returns the runtime's URL for one exec, attach or port-forward session.
+func (s *Server) GetStreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (*podsyncv1.GetStreamingURLResponse, error) {
+	switch {
+	case req.GetPodUid() == "":
+		return nil, status.Error(codes.InvalidArgument, "pod_uid: required")
+	case req.GetKind() == podsyncv1.StreamKind_STREAM_KIND_UNSPECIFIED:
+		return nil, status.Error(codes.InvalidArgument, "kind: required (exec, attach or port-forward)")
+	case req.GetKind() != podsyncv1.StreamKind_STREAM_KIND_PORT_FORWARD && req.GetContainer() == "":
+		return nil, status.Error(codes.InvalidArgument, "container: required for exec and attach")
+	case req.GetKind() == podsyncv1.StreamKind_STREAM_KIND_EXEC && len(req.GetCommand()) == 0:
+		return nil, status.Error(codes.InvalidArgument, "command: required for exec")
+	}
+	url, err := s.streamer.StreamingURL(ctx, req)
+	switch {
+	case errors.Is(err, errUnknownPod):
+		return nil, status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, errNotRunning):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errBadRequest):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &podsyncv1.GetStreamingURLResponse{Url: url}, nil
+}
 
 // ListPods returns every pod.
 func (s *Server) ListPods(context.Context, *podsyncv1.ListPodsRequest) (*podsyncv1.ListPodsResponse, error) {

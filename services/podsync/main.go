@@ -204,8 +204,10 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	svc.Attach(workers, relister)
 
 	health := &runtimeHealth{rt: rt, relister: relister}
-	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health))
-	d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/KillPod", peercred.Root())
+	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))
+	for _, m := range []string{"KillPod", "GetStreamingURL"} {
+		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
+	}
 	d.SetHealthCheck(func(context.Context) error {
 		ok, _, err := relister.Health()
 		if !ok {

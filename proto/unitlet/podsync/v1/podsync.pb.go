@@ -26,6 +26,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type StreamKind int32
+
+const (
+	StreamKind_STREAM_KIND_UNSPECIFIED  StreamKind = 0
+	StreamKind_STREAM_KIND_EXEC         StreamKind = 1
+	StreamKind_STREAM_KIND_ATTACH       StreamKind = 2
+	StreamKind_STREAM_KIND_PORT_FORWARD StreamKind = 3
+)
+
+// Enum value maps for StreamKind.
+var (
+	StreamKind_name = map[int32]string{
+		0: "STREAM_KIND_UNSPECIFIED",
+		1: "STREAM_KIND_EXEC",
+		2: "STREAM_KIND_ATTACH",
+		3: "STREAM_KIND_PORT_FORWARD",
+	}
+	StreamKind_value = map[string]int32{
+		"STREAM_KIND_UNSPECIFIED":  0,
+		"STREAM_KIND_EXEC":         1,
+		"STREAM_KIND_ATTACH":       2,
+		"STREAM_KIND_PORT_FORWARD": 3,
+	}
+)
+
+func (x StreamKind) Enum() *StreamKind {
+	p := new(StreamKind)
+	*p = x
+	return p
+}
+
+func (x StreamKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StreamKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_unitlet_podsync_v1_podsync_proto_enumTypes[0].Descriptor()
+}
+
+func (StreamKind) Type() protoreflect.EnumType {
+	return &file_unitlet_podsync_v1_podsync_proto_enumTypes[0]
+}
+
+func (x StreamKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StreamKind.Descriptor instead.
+func (StreamKind) EnumDescriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{0}
+}
+
 type ListPodsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -712,6 +764,162 @@ func (x *RuntimeHealth) GetRuntimeVersion() string {
 	return ""
 }
 
+type GetStreamingURLRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	PodUid string                 `protobuf:"bytes,1,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	// The container; for port-forward, unused (the pod's sandbox is used).
+	Container string     `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	Kind      StreamKind `protobuf:"varint,3,opt,name=kind,proto3,enum=unitlet.podsync.v1.StreamKind" json:"kind,omitempty"`
+	// For exec: the command to run.
+	Command []string `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	Stdin   bool     `protobuf:"varint,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdout  bool     `protobuf:"varint,6,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr  bool     `protobuf:"varint,7,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Tty     bool     `protobuf:"varint,8,opt,name=tty,proto3" json:"tty,omitempty"`
+	// For port-forward: the ports to forward.
+	Ports         []int32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStreamingURLRequest) Reset() {
+	*x = GetStreamingURLRequest{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStreamingURLRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStreamingURLRequest) ProtoMessage() {}
+
+func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStreamingURLRequest.ProtoReflect.Descriptor instead.
+func (*GetStreamingURLRequest) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetStreamingURLRequest) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *GetStreamingURLRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *GetStreamingURLRequest) GetKind() StreamKind {
+	if x != nil {
+		return x.Kind
+	}
+	return StreamKind_STREAM_KIND_UNSPECIFIED
+}
+
+func (x *GetStreamingURLRequest) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *GetStreamingURLRequest) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *GetStreamingURLRequest) GetStdout() bool {
+	if x != nil {
+		return x.Stdout
+	}
+	return false
+}
+
+func (x *GetStreamingURLRequest) GetStderr() bool {
+	if x != nil {
+		return x.Stderr
+	}
+	return false
+}
+
+func (x *GetStreamingURLRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *GetStreamingURLRequest) GetPorts() []int32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type GetStreamingURLResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runtime's streaming server URL for this one session.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStreamingURLResponse) Reset() {
+	*x = GetStreamingURLResponse{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStreamingURLResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStreamingURLResponse) ProtoMessage() {}
+
+func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStreamingURLResponse.ProtoReflect.Descriptor instead.
+func (*GetStreamingURLResponse) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetStreamingURLResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 var File_unitlet_podsync_v1_podsync_proto protoreflect.FileDescriptor
 
 const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
@@ -768,12 +976,31 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12D\n" +
 	"\x10last_relist_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastRelistTime\x12!\n" +
 	"\fruntime_name\x18\x06 \x01(\tR\vruntimeName\x12'\n" +
-	"\x0fruntime_version\x18\a \x01(\tR\x0eruntimeVersion2\x86\x03\n" +
+	"\x0fruntime_version\x18\a \x01(\tR\x0eruntimeVersion\"\x8b\x02\n" +
+	"\x16GetStreamingURLRequest\x12\x17\n" +
+	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
+	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x122\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1e.unitlet.podsync.v1.StreamKindR\x04kind\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12\x14\n" +
+	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x12\x16\n" +
+	"\x06stdout\x18\x06 \x01(\bR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\a \x01(\bR\x06stderr\x12\x10\n" +
+	"\x03tty\x18\b \x01(\bR\x03tty\x12\x14\n" +
+	"\x05ports\x18\t \x03(\x05R\x05ports\"+\n" +
+	"\x17GetStreamingURLResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url*u\n" +
+	"\n" +
+	"StreamKind\x12\x1b\n" +
+	"\x17STREAM_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10STREAM_KIND_EXEC\x10\x01\x12\x16\n" +
+	"\x12STREAM_KIND_ATTACH\x10\x02\x12\x1c\n" +
+	"\x18STREAM_KIND_PORT_FORWARD\x10\x032\xf2\x03\n" +
 	"\x0ePodSyncService\x12U\n" +
 	"\bListPods\x12#.unitlet.podsync.v1.ListPodsRequest\x1a$.unitlet.podsync.v1.ListPodsResponse\x12Z\n" +
 	"\tWatchPods\x12$.unitlet.podsync.v1.WatchPodsRequest\x1a%.unitlet.podsync.v1.WatchPodsResponse0\x01\x12R\n" +
 	"\aKillPod\x12\".unitlet.podsync.v1.KillPodRequest\x1a#.unitlet.podsync.v1.KillPodResponse\x12m\n" +
-	"\x10GetRuntimeHealth\x12+.unitlet.podsync.v1.GetRuntimeHealthRequest\x1a,.unitlet.podsync.v1.GetRuntimeHealthResponseB?Z=github.com/unitlet/unitlet/proto/unitlet/podsync/v1;podsyncv1b\x06proto3"
+	"\x10GetRuntimeHealth\x12+.unitlet.podsync.v1.GetRuntimeHealthRequest\x1a,.unitlet.podsync.v1.GetRuntimeHealthResponse\x12j\n" +
+	"\x0fGetStreamingURL\x12*.unitlet.podsync.v1.GetStreamingURLRequest\x1a+.unitlet.podsync.v1.GetStreamingURLResponseB?Z=github.com/unitlet/unitlet/proto/unitlet/podsync/v1;podsyncv1b\x06proto3"
 
 var (
 	file_unitlet_podsync_v1_podsync_proto_rawDescOnce sync.Once
@@ -787,41 +1014,48 @@ func file_unitlet_podsync_v1_podsync_proto_rawDescGZIP() []byte {
 	return file_unitlet_podsync_v1_podsync_proto_rawDescData
 }
 
-var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_unitlet_podsync_v1_podsync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_unitlet_podsync_v1_podsync_proto_goTypes = []any{
-	(*ListPodsRequest)(nil),          // 0: unitlet.podsync.v1.ListPodsRequest
-	(*ListPodsResponse)(nil),         // 1: unitlet.podsync.v1.ListPodsResponse
-	(*WatchPodsRequest)(nil),         // 2: unitlet.podsync.v1.WatchPodsRequest
-	(*WatchPodsResponse)(nil),        // 3: unitlet.podsync.v1.WatchPodsResponse
-	(*Pod)(nil),                      // 4: unitlet.podsync.v1.Pod
-	(*Container)(nil),                // 5: unitlet.podsync.v1.Container
-	(*KillPodRequest)(nil),           // 6: unitlet.podsync.v1.KillPodRequest
-	(*KillPodResponse)(nil),          // 7: unitlet.podsync.v1.KillPodResponse
-	(*GetRuntimeHealthRequest)(nil),  // 8: unitlet.podsync.v1.GetRuntimeHealthRequest
-	(*GetRuntimeHealthResponse)(nil), // 9: unitlet.podsync.v1.GetRuntimeHealthResponse
-	(*RuntimeHealth)(nil),            // 10: unitlet.podsync.v1.RuntimeHealth
-	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
+	(StreamKind)(0),                  // 0: unitlet.podsync.v1.StreamKind
+	(*ListPodsRequest)(nil),          // 1: unitlet.podsync.v1.ListPodsRequest
+	(*ListPodsResponse)(nil),         // 2: unitlet.podsync.v1.ListPodsResponse
+	(*WatchPodsRequest)(nil),         // 3: unitlet.podsync.v1.WatchPodsRequest
+	(*WatchPodsResponse)(nil),        // 4: unitlet.podsync.v1.WatchPodsResponse
+	(*Pod)(nil),                      // 5: unitlet.podsync.v1.Pod
+	(*Container)(nil),                // 6: unitlet.podsync.v1.Container
+	(*KillPodRequest)(nil),           // 7: unitlet.podsync.v1.KillPodRequest
+	(*KillPodResponse)(nil),          // 8: unitlet.podsync.v1.KillPodResponse
+	(*GetRuntimeHealthRequest)(nil),  // 9: unitlet.podsync.v1.GetRuntimeHealthRequest
+	(*GetRuntimeHealthResponse)(nil), // 10: unitlet.podsync.v1.GetRuntimeHealthResponse
+	(*RuntimeHealth)(nil),            // 11: unitlet.podsync.v1.RuntimeHealth
+	(*GetStreamingURLRequest)(nil),   // 12: unitlet.podsync.v1.GetStreamingURLRequest
+	(*GetStreamingURLResponse)(nil),  // 13: unitlet.podsync.v1.GetStreamingURLResponse
+	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
 }
 var file_unitlet_podsync_v1_podsync_proto_depIdxs = []int32{
-	4,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	4,  // 1: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	11, // 2: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
-	5,  // 3: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
-	10, // 4: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
-	11, // 5: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
-	0,  // 6: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
-	2,  // 7: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
-	6,  // 8: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
-	8,  // 9: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
-	1,  // 10: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
-	3,  // 11: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
-	7,  // 12: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
-	9,  // 13: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	5,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	5,  // 1: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	14, // 2: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
+	6,  // 3: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
+	11, // 4: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
+	14, // 5: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
+	0,  // 6: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
+	1,  // 7: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
+	3,  // 8: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
+	7,  // 9: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
+	9,  // 10: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
+	12, // 11: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
+	2,  // 12: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
+	4,  // 13: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
+	8,  // 14: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
+	10, // 15: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
+	13, // 16: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_podsync_v1_podsync_proto_init() }
@@ -835,13 +1069,14 @@ func file_unitlet_podsync_v1_podsync_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_podsync_v1_podsync_proto_rawDesc), len(file_unitlet_podsync_v1_podsync_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   11,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_unitlet_podsync_v1_podsync_proto_goTypes,
 		DependencyIndexes: file_unitlet_podsync_v1_podsync_proto_depIdxs,
+		EnumInfos:         file_unitlet_podsync_v1_podsync_proto_enumTypes,
 		MessageInfos:      file_unitlet_podsync_v1_podsync_proto_msgTypes,
 	}.Build()
 	File_unitlet_podsync_v1_podsync_proto = out.File

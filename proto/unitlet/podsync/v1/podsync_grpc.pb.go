@@ -27,6 +27,7 @@ const (
 	PodSyncService_WatchPods_FullMethodName        = "/unitlet.podsync.v1.PodSyncService/WatchPods"
 	PodSyncService_KillPod_FullMethodName          = "/unitlet.podsync.v1.PodSyncService/KillPod"
 	PodSyncService_GetRuntimeHealth_FullMethodName = "/unitlet.podsync.v1.PodSyncService/GetRuntimeHealth"
+	PodSyncService_GetStreamingURL_FullMethodName  = "/unitlet.podsync.v1.PodSyncService/GetStreamingURL"
 )
 
 // PodSyncServiceClient is the client API for PodSyncService service.
@@ -48,6 +49,10 @@ type PodSyncServiceClient interface {
 	// GetRuntimeHealth reports whether the container runtime and its network are ready and
 	// whether the relist loop is healthy.
 	GetRuntimeHealth(ctx context.Context, in *GetRuntimeHealthRequest, opts ...grpc.CallOption) (*GetRuntimeHealthResponse, error)
+	// GetStreamingURL asks the runtime for a one-time URL that serves an exec, attach or
+	// port-forward session to a pod's container (the node API's /exec, /attach and
+	// /portForward hand it to the client). Only root may call it.
+	GetStreamingURL(ctx context.Context, in *GetStreamingURLRequest, opts ...grpc.CallOption) (*GetStreamingURLResponse, error)
 }
 
 type podSyncServiceClient struct {
@@ -107,6 +112,16 @@ func (c *podSyncServiceClient) GetRuntimeHealth(ctx context.Context, in *GetRunt
 	return out, nil
 }
 
+func (c *podSyncServiceClient) GetStreamingURL(ctx context.Context, in *GetStreamingURLRequest, opts ...grpc.CallOption) (*GetStreamingURLResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStreamingURLResponse)
+	err := c.cc.Invoke(ctx, PodSyncService_GetStreamingURL_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PodSyncServiceServer is the server API for PodSyncService service.
 // All implementations must embed UnimplementedPodSyncServiceServer
 // for forward compatibility.
@@ -126,6 +141,10 @@ type PodSyncServiceServer interface {
 	// GetRuntimeHealth reports whether the container runtime and its network are ready and
 	// whether the relist loop is healthy.
 	GetRuntimeHealth(context.Context, *GetRuntimeHealthRequest) (*GetRuntimeHealthResponse, error)
+	// GetStreamingURL asks the runtime for a one-time URL that serves an exec, attach or
+	// port-forward session to a pod's container (the node API's /exec, /attach and
+	// /portForward hand it to the client). Only root may call it.
+	GetStreamingURL(context.Context, *GetStreamingURLRequest) (*GetStreamingURLResponse, error)
 	mustEmbedUnimplementedPodSyncServiceServer()
 }
 
@@ -147,6 +166,9 @@ func (UnimplementedPodSyncServiceServer) KillPod(context.Context, *KillPodReques
 }
 func (UnimplementedPodSyncServiceServer) GetRuntimeHealth(context.Context, *GetRuntimeHealthRequest) (*GetRuntimeHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRuntimeHealth not implemented")
+}
+func (UnimplementedPodSyncServiceServer) GetStreamingURL(context.Context, *GetStreamingURLRequest) (*GetStreamingURLResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStreamingURL not implemented")
 }
 func (UnimplementedPodSyncServiceServer) mustEmbedUnimplementedPodSyncServiceServer() {}
 func (UnimplementedPodSyncServiceServer) testEmbeddedByValue()                        {}
@@ -234,6 +256,24 @@ func _PodSyncService_GetRuntimeHealth_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PodSyncService_GetStreamingURL_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStreamingURLRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PodSyncServiceServer).GetStreamingURL(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PodSyncService_GetStreamingURL_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PodSyncServiceServer).GetStreamingURL(ctx, req.(*GetStreamingURLRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PodSyncService_ServiceDesc is the grpc.ServiceDesc for PodSyncService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +292,10 @@ var PodSyncService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRuntimeHealth",
 			Handler:    _PodSyncService_GetRuntimeHealth_Handler,
+		},
+		{
+			MethodName: "GetStreamingURL",
+			Handler:    _PodSyncService_GetStreamingURL_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
