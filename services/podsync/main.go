@@ -25,6 +25,7 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/cri"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/imagegc"
 	"github.com/unitlet/unitlet/services/podsync/lifecycle"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
 	"github.com/unitlet/unitlet/services/podsync/nodeinfo"
@@ -241,6 +242,14 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	})
 	// Runtime status: CRI Status every 5 s for the health report.
 	d.Go("runtime status", health.Run)
+	// Image garbage collection by disk thresholds.
+	gc := imagegc.New(rt, imagegc.Policy{
+		HighThresholdPercent: int(ptrOr(kc.ImageGCHighThresholdPercent, 85)),
+		LowThresholdPercent:  int(ptrOr(kc.ImageGCLowThresholdPercent, 80)),
+		MinAge:               kc.ImageMinimumGCAge.Duration,
+		Keep:                 sandboxImage(ctx, rt, log),
+	}, clk, reg, log.With("component", "imagegc"))
+	d.Go("image gc", gc.Run)
 	// Pod sources.
 	if kc.StaticPodPath != "" {
 		d.Go("static pods", func(ctx context.Context) error {
@@ -368,4 +377,25 @@ func (h *runtimeHealth) RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHea
 	out := clonePodHealth(last)
 	relistHealth(out, h.relister)
 	return out
+}
+
+// sandboxImage is the runtime's sandbox (pause) image, which image GC must keep: containerd
+// 1.6 does not mark it pinned, and without it no sandbox starts. It is read from the CRI
+// verbose status (containerd's "config" info).
+func sandboxImage(ctx context.Context, rt *cri.Client, log *slog.Logger) []string {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := rt.Status(cctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		log.Warn("read the runtime's sandbox image; image GC cannot protect it", "err", err)
+		return nil
+	}
+	var cfg struct {
+		SandboxImage string `json:"sandboxImage"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.SandboxImage == "" {
+		log.Warn("the runtime's status names no sandbox image; image GC cannot protect it", "err", err)
+		return nil
+	}
+	return []string{cfg.SandboxImage}
 }

@@ -1,0 +1,86 @@
+package imagegc
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type fakeRuntime struct {
+	images  []*runtimeapi.Image
+	ctrs    []*runtimeapi.Container
+	removed []string
+}
+
+func (f *fakeRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest, ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error) {
+	return &runtimeapi.ListImagesResponse{Images: f.images}, nil
+}
+
+func (f *fakeRuntime) RemoveImage(_ context.Context, in *runtimeapi.RemoveImageRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveImageResponse, error) {
+	f.removed = append(f.removed, in.Image.Image)
+	f.images = slices.DeleteFunc(f.images, func(i *runtimeapi.Image) bool { return i.Id == in.Image.Image })
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+func (f *fakeRuntime) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest, ...grpc.CallOption) (*runtimeapi.ImageFsInfoResponse, error) {
+	return &runtimeapi.ImageFsInfoResponse{}, nil
+}
+
+func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ListContainersRequest, ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	return &runtimeapi.ListContainersResponse{Containers: f.ctrs}, nil
+}
+
+func TestCollect(t *testing.T) {
+	img := func(id, tag string, size uint64) *runtimeapi.Image {
+		return &runtimeapi.Image{Id: id, RepoTags: []string{tag}, Size: size}
+	}
+	for _, tc := range []struct {
+		name        string
+		used        uint64
+		wantRemoved []string
+	}{
+		{name: "below the high threshold: nothing", used: 84},
+		{name: "above it: least recently used first until below the low threshold", used: 90, wantRemoved: []string{"old", "older-used"}},
+		{name: "far above: every candidate, still short", used: 99, wantRemoved: []string{"old", "older-used", "recent"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			rt := &fakeRuntime{
+				images: []*runtimeapi.Image{
+					img("old", "a:1", 6), img("older-used", "b:1", 6), img("recent", "c:1", 6),
+					img("inuse", "d:1", 50), img("sandbox", "pause:1", 1),
+				},
+				ctrs: []*runtimeapi.Container{{Image: &runtimeapi.ImageSpec{Image: "d:1"}, ImageRef: "inuse"}, {Image: &runtimeapi.ImageSpec{Image: "b:1"}, ImageRef: "older-used"}, {Image: &runtimeapi.ImageSpec{Image: "c:1"}, ImageRef: "recent"}},
+			}
+			m := New(rt, Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: 2 * time.Minute, Keep: []string{"pause:1"}}, clk, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			m.usage = func(context.Context) (Usage, error) { return Usage{Capacity: 100, Used: tc.used}, nil }
+			// First look: b and c in use, a too young (an error when above the threshold:
+			// nothing can be freed).
+			_, _ = m.Collect(context.Background())
+			if len(rt.removed) > 0 {
+				t.Fatalf("removed %v at the first look: every image is younger than imageMinimumGCAge", rt.removed)
+			}
+			// b stops being used, then c; later everything is old enough.
+			clk.Step(time.Minute)
+			rt.ctrs = rt.ctrs[:2]
+			rt.ctrs[1] = &runtimeapi.Container{Image: &runtimeapi.ImageSpec{Image: "c:1"}, ImageRef: "recent"}
+			_, _ = m.Collect(context.Background())
+			clk.Step(5 * time.Minute)
+			rt.ctrs = rt.ctrs[:1]
+			_, err := m.Collect(context.Background())
+			if tc.used == 99 && err == nil {
+				t.Errorf("freeing less than needed gave no error")
+			}
+			if !slices.Equal(rt.removed, tc.wantRemoved) {
+				t.Errorf("removed %v, want %v", rt.removed, tc.wantRemoved)
+			}
+		})
+	}
+}
