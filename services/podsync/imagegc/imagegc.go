@@ -53,7 +53,7 @@ type Manager struct {
 	removed prometheus.Counter
 	freed   prometheus.Counter
 
-	mu       sync.Mutex
+	mu        sync.Mutex
 	firstSeen map[string]time.Time // image ID -> when first seen
 	lastUsed  map[string]time.Time // image ID -> when last seen used by a container
 }
