@@ -19,6 +19,9 @@ type worker struct {
 	firstSeen time.Time
 	wake      chan struct{}
 	started   bool // guarded by m.mu
+	// acted is set when a sync changed something in the runtime (only the worker's own
+	// goroutine touches it): the sync then reads the pod's state again before reporting.
+	acted bool
 
 	mu             sync.Mutex
 	pod            *corev1.Pod

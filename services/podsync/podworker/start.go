@@ -26,21 +26,24 @@ func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("pod log directory: %w", err)
 	}
+	w.acted = true
 	resp, err := w.m.o.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
-	rp, err := w.m.o.View.Inspect(ctx, pod.UID)
+	sb := &relist.Sandbox{ID: resp.PodSandboxId, Attempt: attempt, Ready: true, CreatedAt: w.m.o.Clock.Now()}
+	st, err := w.m.o.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: resp.PodSandboxId})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("status of the new pod sandbox %s: %w", resp.PodSandboxId, err)
 	}
-	for _, sb := range rp.GetSandboxes() {
-		if sb.ID == resp.PodSandboxId {
-			return sb, nil
+	if n := st.GetStatus().GetNetwork(); n != nil && n.Ip != "" {
+		sb.IPs = append(sb.IPs, n.Ip)
+		for _, ip := range n.AdditionalIps {
+			sb.IPs = append(sb.IPs, ip.Ip)
 		}
 	}
-	return &relist.Sandbox{ID: resp.PodSandboxId, Attempt: attempt, Ready: true, CreatedAt: w.m.o.Clock.Now()}, nil
+	return sb, nil
 }
 
 // podIPs are the pod's IPs: its sandbox's, or the node's for host-network pods.
@@ -95,6 +98,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		f.Close()
 		_ = os.Chmod(termPath, 0o666)
 	}
+	w.acted = true
 	created, err := w.m.o.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.ID, Config: cfg, SandboxConfig: sbCfg})
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerError", err.Error())
