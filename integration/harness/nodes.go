@@ -42,6 +42,9 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 					return nil, err
 				}
 				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
+				if addr := n.Metrics[svc]; addr != "" {
+					env = append(env, "UNITLET_METRICS_ADDR="+addr)
+				}
 				bin := filepath.Join(h.binDir(), "unitlet-"+svc)
 				if svc != "config" {
 					// The other services read everything from unitlet-config.

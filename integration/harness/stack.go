@@ -46,6 +46,9 @@ type Node struct {
 	Backend string `json:"backend"`
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
+	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR), e.g.
+	// {podsync: "127.0.0.1:10272"}; process nodes only.
+	Metrics map[string]string `json:"metrics,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

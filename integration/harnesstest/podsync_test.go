@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,5 +294,40 @@ func TestPodsyncGracefulDeletion(t *testing.T) {
 	p2, _ := waitPod(t, 10*time.Second, "default/graceful", "terminated", func(p *podsyncv1.Pod, _ corev1.PodStatus) bool { return p.Terminated })
 	if !p2.Terminating {
 		t.Errorf("pod reported terminated but not terminating: %v", p2)
+	}
+}
+
+// TestPodsyncMetrics scrapes podsync's metrics listener for the kubelet's metric names.
+func TestPodsyncMetrics(t *testing.T) {
+	createPod(t, busyboxPod("metrics-pod", "while true; do sleep 1; done"))
+	waitPod(t, time.Minute, "default/metrics-pod", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
+	addr := ""
+	for _, n := range stack.Stack().Nodes {
+		if n.Name == podsyncNode {
+			addr = n.Metrics["podsync"]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the stack gives %s's podsync no metrics listener", podsyncNode)
+	}
+	var body string
+	stack.WaitFor(t, 10*time.Second, "podsync's metrics", func(ctx context.Context) (bool, string) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, "kubelet_pod_start_duration_seconds_count"), body
+	})
+	for _, want := range []string{
+		"kubelet_running_pods ", "kubelet_running_containers{container_state=\"running\"}",
+		"kubelet_pod_start_sli_duration_seconds_count", "kubelet_pod_worker_duration_seconds_count",
+		"kubelet_pleg_relist_duration_seconds_count", "unitlet_podsync_pod_workers ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
