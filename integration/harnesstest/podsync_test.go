@@ -233,7 +233,6 @@ func TestPodsyncRestartPolicies(t *testing.T) {
 	if cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 1 {
 		t.Errorf("lastState %+v, want terminated with exit code 1", cs.LastTerminationState)
 	}
-	// The gap between the last two runs is the backoff: 10 s after the second failure.
 	uid := podsyncPods(context.Background(), t)["default/always-crashes"].GetUid()
 	insts := runtimeContainers(context.Background(), t, uid)
 	t.Logf("restart count %d, %d instances kept by the runtime", cs.RestartCount, len(insts))
@@ -329,5 +328,52 @@ func TestPodsyncMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestPodsyncCrashLoopBackoffTiming follows a crashing container's starts: the first
+// restart comes at once, then after 10 s, then after 20 s (the kubelet's backoff).
+func TestPodsyncCrashLoopBackoffTiming(t *testing.T) {
+	createPod(t, busyboxPod("backoff-timing", "exit 1"))
+	starts := map[int32]time.Time{}
+	deadline := time.Now().Add(90 * time.Second)
+	for starts[0].IsZero() || starts[1].IsZero() || starts[2].IsZero() || starts[3].IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("starts seen within 90 s: %v", starts)
+		}
+		if p := podsyncPods(context.Background(), t)["default/backoff-timing"]; p != nil {
+			if cs := statusOf(p).ContainerStatuses; len(cs) == 1 {
+				c := cs[0]
+				last := c.LastTerminationState.Terminated
+				switch {
+				case c.State.Running != nil || c.State.Terminated != nil:
+					if c.State.Running != nil {
+						starts[c.RestartCount] = c.State.Running.StartedAt.Time
+					} else {
+						starts[c.RestartCount] = c.State.Terminated.StartedAt.Time
+					}
+					// lastState is the instance before this one.
+					if last != nil && c.RestartCount > 0 {
+						starts[c.RestartCount-1] = last.StartedAt.Time
+					}
+				case last != nil:
+					// Waiting in backoff: lastState is the newest instance.
+					starts[c.RestartCount] = last.StartedAt.Time
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	gap := func(i int32) time.Duration { return starts[i].Sub(starts[i-1]) }
+	t.Logf("gaps between starts: %s, %s, %s", gap(1), gap(2), gap(3))
+	// Status times have second precision.
+	if gap(1) > 3*time.Second {
+		t.Errorf("first restart after %s, want at once", gap(1))
+	}
+	if gap(2) < 9*time.Second || gap(2) > 14*time.Second {
+		t.Errorf("second restart after %s, want 10 s of backoff", gap(2))
+	}
+	if gap(3) < 19*time.Second || gap(3) > 25*time.Second {
+		t.Errorf("third restart after %s, want 20 s of backoff", gap(3))
 	}
 }

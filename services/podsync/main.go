@@ -177,6 +177,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	defer probes.Stop()
 
 	hostIPs := cfg.node.GetIps()
+	events := newRecorder(client, nodeName, log)
 	var workers *podworker.Manager
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), func(uids []types.UID) { workers.Trigger(uids...) })
 	workers = podworker.NewManager(podworker.Options{
@@ -192,7 +193,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		Hooks: func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, containerID, podIP string, h *corev1.LifecycleHandler) error {
 			return lifecycle.RunHook(ctx, rt, pod, c, containerID, podIP, h)
 		},
-		Events:      newRecorder(client, nodeName, log),
+		Events:      events,
 		Report:      svc.Report,
 		Allocatable: func() corev1.ResourceList { return localNode.Status.Allocatable },
 		HostIPs:     func() []string { return hostIPs },
@@ -203,6 +204,8 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		StateDir:    filepath.Join(rootDir, "podsync"),
 	})
 	svc.Attach(workers, relister)
+	svc.evictionSocket = daemon.SocketPath(settings.SocketDir, "eviction")
+	svc.events = events
 
 	health := &runtimeHealth{rt: rt, relister: relister}
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))

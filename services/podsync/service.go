@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -56,6 +57,10 @@ type Service struct {
 	mirrors  map[string]*corev1.Pod // mirror pods by namespace/name
 	hub      *watch.Hub[[]*podsyncv1.Pod]
 	onStatic func() // told when static or mirror pods change
+	// evictionSocket is unitlet-eviction's bus socket; events records, per pod, that it
+	// was admitted without eviction's verdict while that service does not run.
+	evictionSocket string
+	events         podworker.Recorder
 }
 
 // NewService returns the service. node gives the node as admission sees it.
@@ -215,7 +220,22 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		return
 	}
 	s.admitted[p.UID] = true
+	s.noteEvictionVerdict(p)
 	s.workers.Update(p, source)
+}
+
+// noteEvictionVerdict: admission asks unitlet-eviction for a verdict on node pressure,
+// failing open. While eviction does not run (no socket), the pod is admitted and an event
+// says so. (Asking a running eviction service comes with that service's bus API.)
+func (s *Service) noteEvictionVerdict(p *corev1.Pod) {
+	if s.evictionSocket == "" || s.events == nil {
+		return
+	}
+	if _, err := os.Stat(s.evictionSocket); err == nil {
+		return
+	}
+	s.events.Event(p, corev1.EventTypeNormal, "AdmittedWithoutEvictionCheck",
+		fmt.Sprintf("Admitted without a node-pressure check: unitlet-eviction is not running (no socket at %s)", s.evictionSocket))
 }
 
 // terminal reports whether an admitted pod has finished (it no longer counts against the
