@@ -39,14 +39,7 @@ func Main(ctx context.Context, args []string, environ func(string) (string, bool
 		return daemon.ExitOK
 	}
 
-	var settings daemon.Settings
-	if err := daemon.ParseEnv(&settings, nil); err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if err := settings.Validate(); err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	log, err := daemon.NewLogger(stderr, settings, ServiceName)
+	settings, log, err := daemon.Load(stderr, ServiceName)
 	if err != nil {
 		return fail(daemon.ExitBadConfig, err)
 	}

@@ -8,6 +8,8 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -112,4 +114,22 @@ func (s Settings) Validate() error {
 // SocketPath is where the bus socket of service lives in dir.
 func SocketPath(dir, service string) string {
 	return filepath.Join(dir, service+".sock")
+}
+
+// Load reads the process settings from the environment, checks them and makes the
+// service's logger writing to w: what every service's main does first. Errors are
+// configuration errors (exit 2).
+func Load(w io.Writer, service string) (Settings, *slog.Logger, error) {
+	var s Settings
+	if err := ParseEnv(&s, nil); err != nil {
+		return s, nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return s, nil, ConfigError(err)
+	}
+	log, err := NewLogger(w, s, service)
+	if err != nil {
+		return s, nil, ConfigError(err)
+	}
+	return s, log, nil
 }
