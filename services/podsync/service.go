@@ -24,6 +24,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/podsource"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/relist"
@@ -372,14 +373,12 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 	}
 }
 
-// orphanGrace is the grace period the kubelet's labels recorded on the pod's containers.
+// orphanGrace is the grace period the kubelet's annotations recorded on the pod's
+// containers.
 func orphanGrace(rp *relist.Pod) *int64 {
 	for _, c := range rp.Containers {
-		if v, ok := c.Annotations["io.kubernetes.pod.terminationGracePeriod"]; ok {
-			var g int64
-			if _, err := fmt.Sscan(v, &g); err == nil {
-				return &g
-			}
+		if g := criconfig.ParseContainerLabels(c.Labels, c.Annotations).PodTerminationGracePeriod; g != nil {
+			return g
 		}
 	}
 	return nil

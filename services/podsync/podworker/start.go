@@ -37,12 +37,7 @@ func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32
 	if err != nil {
 		return nil, fmt.Errorf("status of the new pod sandbox %s: %w", resp.PodSandboxId, err)
 	}
-	if n := st.GetStatus().GetNetwork(); n != nil && n.Ip != "" {
-		sb.IPs = append(sb.IPs, n.Ip)
-		for _, ip := range n.AdditionalIps {
-			sb.IPs = append(sb.IPs, ip.Ip)
-		}
-	}
+	sb.IPs = relist.SandboxIPs(st.GetStatus())
 	return sb, nil
 }
 

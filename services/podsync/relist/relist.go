@@ -21,6 +21,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubetypes "k8s.io/kubelet/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
 )
 
 // HealthyThreshold is how long a relist may take or be late before podsync's runtime view
@@ -69,10 +71,6 @@ type Container struct {
 	// terminationMessagePath, "" when it has none.
 	TerminationMessageHostPath string
 }
-
-// terminationMessagePathAnnotation is where the kubelet's labels keep the container's
-// terminationMessagePath.
-const terminationMessagePathAnnotation = "io.kubernetes.container.terminationMessagePath"
 
 // Running reports whether the container is running.
 func (c *Container) Running() bool { return c.State == runtimeapi.ContainerState_CONTAINER_RUNNING }
@@ -305,12 +303,7 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("status of pod sandbox %s of %s/%s: %w", s.Id, p.Namespace, p.Name, err)
 			}
-			if n := st.GetStatus().GetNetwork(); n != nil && n.Ip != "" {
-				sb.IPs = append(sb.IPs, n.Ip)
-				for _, ip := range n.AdditionalIps {
-					sb.IPs = append(sb.IPs, ip.Ip)
-				}
-			}
+			sb.IPs = SandboxIPs(st.GetStatus())
 		}
 		ips[key] = sb.IPs
 		p.Sandboxes = append(p.Sandboxes, sb)
@@ -353,6 +346,19 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 	return pods, details, ips, nil
 }
 
+// SandboxIPs are a sandbox's pod IPs from its CRI status, the primary first.
+func SandboxIPs(st *runtimeapi.PodSandboxStatus) []string {
+	n := st.GetNetwork()
+	if n.GetIp() == "" {
+		return nil
+	}
+	ips := []string{n.GetIp()}
+	for _, ip := range n.GetAdditionalIps() {
+		ips = append(ips, ip.GetIp())
+	}
+	return ips
+}
+
 func fromStatus(st *runtimeapi.ContainerStatus, c *runtimeapi.Container) *Container {
 	d := &Container{
 		ID: c.Id, Name: c.GetMetadata().GetName(), Attempt: c.GetMetadata().GetAttempt(),
@@ -379,7 +385,7 @@ func fromStatus(st *runtimeapi.ContainerStatus, c *runtimeapi.Container) *Contai
 		if st.ImageRef != "" {
 			d.ImageRef = st.ImageRef
 		}
-		if p := c.Annotations[terminationMessagePathAnnotation]; p != "" {
+		if p := c.Annotations[criconfig.AnnotationContainerTerminationMessagePath]; p != "" {
 			for _, m := range st.Mounts {
 				if m.ContainerPath == p {
 					d.TerminationMessageHostPath = m.HostPath
