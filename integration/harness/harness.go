@@ -371,7 +371,20 @@ func tail(path string, n int) string {
 
 // buildUnitlet builds the unitlet binaries of this checkout into the stack's bin dir.
 func (h *Harness) buildUnitlet() error {
-	cmd := exec.Command("go", "build", "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-podsync", "./cmd/unitletctl")
+	// Stamped with the checkout's version as `make build` does, so unitletctl status shows it.
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", h.repo}, args...)...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	ldflags := ""
+	if v := git("describe", "--tags", "--always", "--dirty"); v != "" {
+		ldflags = "-X github.com/unitlet/unitlet/shared/version.Version=" + v +
+			" -X github.com/unitlet/unitlet/shared/version.GitCommit=" + git("rev-parse", "HEAD")
+	}
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-podsync", "./cmd/unitletctl")
 	cmd.Dir = h.repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {
