@@ -67,7 +67,7 @@ func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, g
 		if !sb.Ready {
 			continue
 		}
-		w.acted = true
+		w.acted.Store(true)
 		if _, err := w.m.o.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.ID}); err != nil {
 			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, err)
 		}
@@ -113,7 +113,7 @@ func (w *worker) killContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	if w.m.o.Probes != nil {
 		w.m.o.Probes.RemoveContainer(pod.UID, c.Name)
 	}
-	w.acted = true
+	w.acted.Store(true)
 	if _, err := w.m.o.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cur.ID, Timeout: int64(g.Seconds())}); err != nil {
 		return fmt.Errorf("stop container %s (%s): %w", c.Name, cur.ID, err)
 	}
@@ -125,7 +125,9 @@ func (w *worker) removeAll(ctx context.Context, rp *relist.Pod) error {
 	if rp == nil {
 		return nil
 	}
-	w.acted = w.acted || !rp.Empty()
+	if !rp.Empty() {
+		w.acted.Store(true)
+	}
 	for _, c := range rp.Containers {
 		if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
 			return fmt.Errorf("remove container %s: %w", c.ID, err)
@@ -155,7 +157,7 @@ func (w *worker) pruneDead(ctx context.Context, pod *corev1.Pod, rp *relist.Pod)
 			if dead++; dead <= 1 {
 				continue
 			}
-			w.acted = true
+			w.acted.Store(true)
 			if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
 				w.m.o.Log.Debug("remove dead container", "pod", pod.Namespace+"/"+pod.Name, "container", c.ID, "err", err)
 			}
@@ -170,7 +172,7 @@ func (w *worker) pruneDead(ctx context.Context, pod *corev1.Pod, rp *relist.Pod)
 			inUse = inUse || c.SandboxID == sb.ID
 		}
 		if !inUse {
-			w.acted = true
+			w.acted.Store(true)
 			_, _ = w.m.o.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.ID})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,9 +20,9 @@ type worker struct {
 	firstSeen time.Time
 	wake      chan struct{}
 	started   bool // guarded by m.mu
-	// acted is set when a sync changed something in the runtime (only the worker's own
-	// goroutine touches it): the sync then reads the pod's state again before reporting.
-	acted bool
+	// acted is set when a sync changed something in the runtime (killPod's goroutines set
+	// it too): the sync then reads the pod's state again before reporting.
+	acted atomic.Bool
 
 	mu             sync.Mutex
 	pod            *corev1.Pod

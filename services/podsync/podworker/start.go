@@ -26,7 +26,7 @@ func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("pod log directory: %w", err)
 	}
-	w.acted = true
+	w.acted.Store(true)
 	resp, err := w.m.o.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
@@ -93,7 +93,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		f.Close()
 		_ = os.Chmod(termPath, 0o666)
 	}
-	w.acted = true
+	w.acted.Store(true)
 	created, err := w.m.o.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.ID, Config: cfg, SandboxConfig: sbCfg})
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerError", err.Error())

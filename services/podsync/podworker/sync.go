@@ -45,7 +45,7 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	st := w.snapshot()
 	pod := st.pod
 	log := w.m.o.Log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
-	w.acted = false
+	w.acted.Store(false)
 	rp, err := w.m.o.View.Inspect(ctx, w.uid)
 	if err != nil {
 		log.Warn("read the pod's runtime state", "err", err)
@@ -63,7 +63,7 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	if err != nil {
 		log.Info("sync pod", "err", err)
 	}
-	if w.acted {
+	if w.acted.Load() {
 		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
 			log.Warn("read the pod's runtime state", "err", err)
 		}
@@ -96,7 +96,7 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 		res.next = time.Second
 		return res
 	}
-	if w.acted {
+	if w.acted.Load() {
 		var err error
 		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
 			res.status = w.status(pod, nil, st)
@@ -273,7 +273,7 @@ func (w *worker) removeUnstarted(ctx context.Context, pod *corev1.Pod, rp *relis
 		if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
 			return removed, fmt.Errorf("remove unstarted container %s: %w", c.ID, err)
 		}
-		w.acted = true
+		w.acted.Store(true)
 		w.m.journal.end(c.ID)
 		removed = true
 	}
