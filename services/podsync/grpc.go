@@ -74,10 +74,17 @@ func (s *Server) ListPods(context.Context, *podsyncv1.ListPodsRequest) (*podsync
 
 // WatchPods streams a snapshot unless the caller is current, then every change.
 func (s *Server) WatchPods(req *podsyncv1.WatchPodsRequest, stream podsyncv1.PodSyncService_WatchPodsServer) error {
-	sub := s.svc.Subscribe(req.GetAfterSequence())
-	return watch.Serve(stream.Context(), sub, func(ev watch.Event[[]*podsyncv1.Pod]) error {
+	first, sub := s.svc.Subscribe(req.GetAfterSequence())
+	send := func(ev watch.Event[[]*podsyncv1.Pod]) error {
 		return stream.Send(&podsyncv1.WatchPodsResponse{Sequence: ev.Seq, Snapshot: ev.Snapshot, Pods: ev.Value})
-	})
+	}
+	if first != nil {
+		if err := send(*first); err != nil {
+			sub.Close()
+			return err
+		}
+	}
+	return watch.Serve(stream.Context(), sub, send)
 }
 
 // KillPod stops a pod with a reason.

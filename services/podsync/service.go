@@ -273,10 +273,6 @@ func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
 func (s *Service) Report(ob podworker.Observed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ob.Removed {
-		s.forgetLocked(ob.Pod.UID)
-		return
-	}
 	o := s.observedLocked(ob.Pod, ob.Source)
 	o.FirstSeen = timestamppb.New(ob.FirstSeen)
 	o.Status, _ = json.Marshal(ob.Status)
@@ -286,7 +282,11 @@ func (s *Service) Report(ob podworker.Observed) {
 		o.Containers = append(o.Containers, &podsyncv1.Container{Name: c.Name, Id: c.ID, LogPath: c.LogPath, Init: c.Init})
 	}
 	s.metrics.observe(ob)
+	// The final state first (terminated), then the removal: a subscriber sees both.
 	s.publishLocked(o)
+	if ob.Removed {
+		s.forgetLocked(ob.Pod.UID)
+	}
 }
 
 func (s *Service) publishLocked(o *podsyncv1.Pod) {
@@ -317,11 +317,18 @@ func (s *Service) List() ([]*podsyncv1.Pod, uint64) {
 	return s.snapshotLocked(), s.hub.Seq()
 }
 
-// Subscribe starts a watch after the given sequence number.
-func (s *Service) Subscribe(after uint64) *watch.Subscription[[]*podsyncv1.Pod] {
+// Subscribe starts a watch after the given sequence number. A subscriber that has seen
+// nothing (after 0) gets a snapshot first, even before the first change.
+func (s *Service) Subscribe(after uint64) (*watch.Event[[]*podsyncv1.Pod], *watch.Subscription[[]*podsyncv1.Pod]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.hub.Subscribe(after)
+	if after == 0 {
+		// Changes are published under s.mu: none slips between the snapshot and the
+		// subscription.
+		seq := s.hub.Seq()
+		return &watch.Event[[]*podsyncv1.Pod]{Seq: seq, Snapshot: true, Value: s.snapshotLocked()}, s.hub.Subscribe(seq)
+	}
+	return nil, s.hub.Subscribe(after)
 }
 
 // Kill stops a pod for good with a reason (evictions).
