@@ -1,0 +1,785 @@
+package podworker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+)
+
+// memSandbox and memContainer are what the in-memory runtime keeps.
+type memSandbox struct {
+	id      string
+	cfg     *runtimeapi.PodSandboxConfig
+	ready   bool
+	created int64
+}
+
+type memContainer struct {
+	id        string
+	sandboxID string
+	cfg       *runtimeapi.ContainerConfig
+	state     runtimeapi.ContainerState
+	created   int64
+	started   time.Time
+	finished  time.Time
+	exitCode  int32
+}
+
+// memCRI is an in-memory CRI runtime (podworker.Runtime) and the view of it
+// (podworker.View): what the worker does to it is what it reads back.
+type memCRI struct {
+	mu         sync.Mutex
+	seq        int64
+	sandboxes  map[string]*memSandbox
+	containers map[string]*memContainer
+	images     map[string]bool
+	calls      []string         // "<Method> <detail>", in order
+	stopGrace  map[string]int64 // StopContainer timeout by container ID
+}
+
+func newMemCRI(images ...string) *memCRI {
+	f := &memCRI{sandboxes: map[string]*memSandbox{}, containers: map[string]*memContainer{}, images: map[string]bool{}, stopGrace: map[string]int64{}}
+	for _, i := range images {
+		f.images[i] = true
+	}
+	return f
+}
+
+func (f *memCRI) record(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *memCRI) nextLocked(prefix string) (string, int64) {
+	f.seq++
+	return fmt.Sprintf("%s%d", prefix, f.seq), f.seq
+}
+
+func (f *memCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, n := f.nextLocked("sb")
+	f.sandboxes[id] = &memSandbox{id: id, cfg: in.Config, ready: true, created: n}
+	f.record("RunPodSandbox %s attempt=%d", in.Config.GetMetadata().GetName(), in.Config.GetMetadata().GetAttempt())
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+func (f *memCRI) StopPodSandbox(_ context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("StopPodSandbox %s", in.PodSandboxId)
+	if sb := f.sandboxes[in.PodSandboxId]; sb != nil {
+		sb.ready = false
+		for _, c := range f.containers {
+			if c.sandboxID == sb.id && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 137, time.Now()
+			}
+		}
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (f *memCRI) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("RemovePodSandbox %s", in.PodSandboxId)
+	delete(f.sandboxes, in.PodSandboxId)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (f *memCRI) PodSandboxStatus(_ context.Context, in *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb := f.sandboxes[in.PodSandboxId]
+	if sb == nil {
+		return nil, fmt.Errorf("sandbox %s not found", in.PodSandboxId)
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Id: sb.id, Network: &runtimeapi.PodSandboxNetworkStatus{Ip: "10.0.0.9"}}}, nil
+}
+
+func (f *memCRI) CreateContainer(_ context.Context, in *runtimeapi.CreateContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sandboxes[in.PodSandboxId] == nil {
+		return nil, fmt.Errorf("sandbox %s not found", in.PodSandboxId)
+	}
+	id, n := f.nextLocked("c")
+	f.containers[id] = &memContainer{id: id, sandboxID: in.PodSandboxId, cfg: in.Config, state: runtimeapi.ContainerState_CONTAINER_CREATED, created: n}
+	f.record("CreateContainer %s attempt=%d", in.Config.GetMetadata().GetName(), in.Config.GetMetadata().GetAttempt())
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func (f *memCRI) StartContainer(_ context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.containers[in.ContainerId]
+	if c == nil {
+		return nil, fmt.Errorf("container %s not found", in.ContainerId)
+	}
+	c.state, c.started = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now()
+	f.record("StartContainer %s", c.cfg.GetMetadata().GetName())
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (f *memCRI) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.containers[in.ContainerId]
+	if c == nil {
+		return nil, fmt.Errorf("container %s not found", in.ContainerId)
+	}
+	f.stopGrace[c.id] = in.Timeout
+	f.record("StopContainer %s timeout=%d", c.cfg.GetMetadata().GetName(), in.Timeout)
+	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING || c.state == runtimeapi.ContainerState_CONTAINER_CREATED {
+		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 137, time.Now()
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *memCRI) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContainerRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.containers[in.ContainerId]; c != nil {
+		f.record("RemoveContainer %s", c.cfg.GetMetadata().GetName())
+	}
+	delete(f.containers, in.ContainerId)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (f *memCRI) ImageStatus(_ context.Context, in *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.images[in.GetImage().GetImage()] {
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + in.GetImage().GetImage()}}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+func (f *memCRI) PullImage(_ context.Context, in *runtimeapi.PullImageRequest, _ ...grpc.CallOption) (*runtimeapi.PullImageResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("PullImage %s", in.GetImage().GetImage())
+	f.images[in.GetImage().GetImage()] = true
+	return &runtimeapi.PullImageResponse{ImageRef: "sha256:" + in.GetImage().GetImage()}, nil
+}
+
+func (f *memCRI) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int32, error) {
+	return nil, nil, 0, nil
+}
+
+// Inspect is the runtime's state of one pod, as the relister would give it.
+func (f *memCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var p *relist.Pod
+	get := func(labels map[string]string) *relist.Pod {
+		if p == nil {
+			p = &relist.Pod{UID: uid, Name: labels[criconfig.LabelPodName], Namespace: labels[criconfig.LabelPodNamespace]}
+		}
+		return p
+	}
+	var sbs []*memSandbox
+	for _, sb := range f.sandboxes {
+		if sb.cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+			sbs = append(sbs, sb)
+		}
+	}
+	sort.Slice(sbs, func(i, j int) bool { return sbs[i].created > sbs[j].created })
+	for _, sb := range sbs {
+		s := &relist.Sandbox{ID: sb.id, Attempt: sb.cfg.GetMetadata().GetAttempt(), Ready: sb.ready, CreatedAt: time.Unix(0, sb.created)}
+		if sb.ready {
+			s.IPs = []string{"10.0.0.9"}
+		}
+		get(sb.cfg.Labels).Sandboxes = append(get(sb.cfg.Labels).Sandboxes, s)
+	}
+	var cs []*memContainer
+	for _, c := range f.containers {
+		if c.cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+			cs = append(cs, c)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].created > cs[j].created })
+	for _, c := range cs {
+		logDir := ""
+		if sb := f.sandboxes[c.sandboxID]; sb != nil {
+			logDir = sb.cfg.LogDirectory
+		}
+		get(c.cfg.Labels).Containers = append(get(c.cfg.Labels).Containers, &relist.Container{
+			ID: c.id, Name: c.cfg.Labels[criconfig.LabelContainerName], Attempt: c.cfg.GetMetadata().GetAttempt(),
+			SandboxID: c.sandboxID, State: c.state, CreatedAt: time.Unix(0, c.created),
+			StartedAt: c.started, FinishedAt: c.finished, ExitCode: c.exitCode,
+			Image: c.cfg.GetImage().GetImage(), LogPath: filepath.Join(logDir, c.cfg.LogPath),
+			Labels: c.cfg.Labels, Annotations: c.cfg.Annotations,
+		})
+	}
+	return p, nil
+}
+
+// exit ends the running instance of the named container with code.
+func (f *memCRI) exit(t *testing.T, name string, code int32) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.containers {
+		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now()
+			return
+		}
+	}
+	t.Fatalf("no running container %s", name)
+}
+
+// seed puts a sandbox and running instances of the pod's app containers into the runtime,
+// as a podsync before a restart left them; annotate may change each container's annotations.
+func (f *memCRI) seed(t *testing.T, pod *corev1.Pod, annotate func(map[string]string)) {
+	t.Helper()
+	o := criconfig.Options{PodLogsDir: t.TempDir()}
+	sbCfg, err := criconfig.SandboxConfig(pod, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sbID, n := f.nextLocked("old-sb")
+	f.sandboxes[sbID] = &memSandbox{id: sbID, cfg: sbCfg, ready: true, created: n}
+	for i := range pod.Spec.Containers {
+		cfg, _, err := criconfig.ContainerConfig(context.Background(), pod, &pod.Spec.Containers[i], 0, nil, criconfig.PodEnv{}, nil, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if annotate != nil {
+			annotate(cfg.Annotations)
+		}
+		id, n := f.nextLocked("old-c")
+		f.containers[id] = &memContainer{id: id, sandboxID: sbID, cfg: cfg, state: runtimeapi.ContainerState_CONTAINER_RUNNING, created: n, started: time.Now()}
+	}
+}
+
+func (f *memCRI) callsOf(method string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, method+" ") {
+			out = append(out, strings.TrimPrefix(c, method+" "))
+		}
+	}
+	return out
+}
+
+func (f *memCRI) runningNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.containers {
+		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			out = append(out, c.cfg.GetMetadata().GetName())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (f *memCRI) counts() (sandboxes, readySandboxes, containers int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, sb := range f.sandboxes {
+		if sb.ready {
+			readySandboxes++
+		}
+	}
+	return len(f.sandboxes), readySandboxes, len(f.containers)
+}
+
+// events records what the workers report.
+type events struct {
+	mu       sync.Mutex
+	reports  []Observed
+	recorded []string // "<reason>: <message>"
+}
+
+func (e *events) Event(_ *corev1.Pod, _, reason, message string) {
+	e.mu.Lock()
+	e.recorded = append(e.recorded, reason+": "+message)
+	e.mu.Unlock()
+}
+
+func (e *events) report(o Observed) {
+	e.mu.Lock()
+	e.reports = append(e.reports, o)
+	e.mu.Unlock()
+}
+
+// waitFor waits for a report that matches, and returns it.
+func (e *events) waitFor(t *testing.T, what string, match func(Observed) bool) Observed {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.mu.Lock()
+		for _, o := range e.reports {
+			if match(o) {
+				e.mu.Unlock()
+				return o
+			}
+		}
+		last := Observed{}
+		if len(e.reports) > 0 {
+			last = e.reports[len(e.reports)-1]
+		}
+		e.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no report of %s; last: terminated=%v removed=%v status=%s", what, last.Terminated, last.Removed, describe(last.Status))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (e *events) hasEvent(prefix string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.recorded {
+		if strings.HasPrefix(r, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(st corev1.PodStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s", st.Phase)
+	for _, cs := range append(slices.Clone(st.InitContainerStatuses), st.ContainerStatuses...) {
+		fmt.Fprintf(&b, " %s:", cs.Name)
+		switch {
+		case cs.State.Running != nil:
+			b.WriteString("running")
+		case cs.State.Terminated != nil:
+			fmt.Fprintf(&b, "terminated(%d)", cs.State.Terminated.ExitCode)
+		case cs.State.Waiting != nil:
+			fmt.Fprintf(&b, "waiting(%s)", cs.State.Waiting.Reason)
+		}
+		fmt.Fprintf(&b, "/r%d", cs.RestartCount)
+	}
+	return b.String()
+}
+
+// statusOf is the named container's status (app or init) in a report.
+func statusOf(o Observed, name string) corev1.ContainerStatus {
+	for _, cs := range append(slices.Clone(o.Status.InitContainerStatuses), o.Status.ContainerStatuses...) {
+		if cs.Name == name {
+			return cs
+		}
+	}
+	return corev1.ContainerStatus{}
+}
+
+func isRunning(o Observed, name string) bool { return statusOf(o, name).State.Running != nil }
+
+// harness runs a Manager over a memCRI.
+type harness struct {
+	cri *memCRI
+	ev  *events
+	m   *Manager
+}
+
+func newHarness(t *testing.T, cri *memCRI) *harness {
+	t.Helper()
+	ev := &events{}
+	m := NewManager(Options{
+		Runtime: cri, View: cri,
+		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
+		Events: ev,
+		Report: ev.report,
+		Clock:  clocktesting.NewFakeClock(time.Now()),
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Resync: time.Hour,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = m.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return &harness{cri: cri, ev: ev, m: m}
+}
+
+func syncPod(policy corev1.RestartPolicy, inits []string, apps ...string) *corev1.Pod {
+	p := testPod(policy, inits, apps...)
+	p.UID = types.UID("uid-" + strings.Join(apps, "-"))
+	p.CreationTimestamp = metav1.NewTime(time.Unix(100, 0))
+	return p
+}
+
+func TestSyncStartsNewPodInitContainersInOrder(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, []string{"init1", "init2"}, "app", "side")
+	h.m.Update(pod, "api")
+
+	o := h.ev.waitFor(t, "init1 running", func(o Observed) bool { return isRunning(o, "init1") })
+	if o.Status.Phase != corev1.PodPending || o.Source != "api" {
+		t.Errorf("while init1 runs: phase %s source %q, want Pending from api", o.Status.Phase, o.Source)
+	}
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"init1 attempt=0"}) {
+		t.Fatalf("created %v while init1 runs, want only init1", got)
+	}
+
+	cri.exit(t, "init1", 0)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "init2 running", func(o Observed) bool { return isRunning(o, "init2") })
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"init1 attempt=0", "init2 attempt=0"}) {
+		t.Fatalf("created %v while init2 runs, want init1, init2", got)
+	}
+
+	cri.exit(t, "init2", 0)
+	h.m.Trigger(pod.UID)
+	o = h.ev.waitFor(t, "the pod running", func(o Observed) bool {
+		return o.Status.Phase == corev1.PodRunning && isRunning(o, "app") && isRunning(o, "side")
+	})
+	if got := cri.callsOf("StartContainer"); !slices.Equal(got[:2], []string{"init1", "init2"}) || len(got) != 4 {
+		t.Errorf("started %v, want init1, init2, then the two apps", got)
+	}
+	if got := cri.callsOf("RunPodSandbox"); !slices.Equal(got, []string{"web attempt=0"}) {
+		t.Errorf("sandboxes run: %v, want one", got)
+	}
+	if len(o.Containers) != 4 || !o.Containers[0].Init || o.Containers[2].Init || o.Containers[2].ID == "" {
+		t.Errorf("container refs %+v, want 2 init then 2 app with IDs", o.Containers)
+	}
+	if o.Status.PodIP != "10.0.0.9" {
+		t.Errorf("pod IP %q, want the sandbox's", o.Status.PodIP)
+	}
+	if cri.callsOf("PullImage") != nil {
+		t.Errorf("pulled %v an image already present (IfNotPresent)", cri.callsOf("PullImage"))
+	}
+
+	// Nothing changed: another sync does nothing.
+	before := len(cri.callsOf("CreateContainer")) + len(cri.callsOf("RunPodSandbox")) + len(cri.callsOf("StopContainer"))
+	h.m.Trigger(pod.UID)
+	time.Sleep(50 * time.Millisecond)
+	if after := len(cri.callsOf("CreateContainer")) + len(cri.callsOf("RunPodSandbox")) + len(cri.callsOf("StopContainer")); after != before {
+		t.Errorf("a sync of an unchanged running pod acted on the runtime: %v", cri.callsOf("CreateContainer"))
+	}
+}
+
+func TestSyncInitFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		policy     corev1.RestartPolicy
+		wantPhase  corev1.PodPhase
+		wantCreate []string
+	}{
+		{"Never: the pod fails, app never starts", corev1.RestartPolicyNever, corev1.PodFailed, []string{"init attempt=0"}},
+		{"OnFailure: init retried", corev1.RestartPolicyOnFailure, corev1.PodPending, []string{"init attempt=0", "init attempt=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(tc.policy, []string{"init"}, "app")
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+			cri.exit(t, "init", 1)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "phase "+string(tc.wantPhase), func(o Observed) bool {
+				return o.Status.Phase == tc.wantPhase && len(cri.callsOf("CreateContainer")) == len(tc.wantCreate)
+			})
+			if got := cri.callsOf("CreateContainer"); !slices.Equal(got, tc.wantCreate) {
+				t.Errorf("created %v, want %v", got, tc.wantCreate)
+			}
+		})
+	}
+}
+
+func TestSyncRestartPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		policy    corev1.RestartPolicy
+		exit      int32
+		wantPhase corev1.PodPhase
+		// wantRestart: a second instance is created.
+		wantRestart    bool
+		wantTerminated bool
+	}{
+		{"Never, exit 1: Failed, not restarted", corev1.RestartPolicyNever, 1, corev1.PodFailed, false, true},
+		{"Never, exit 0: Succeeded", corev1.RestartPolicyNever, 0, corev1.PodSucceeded, false, true},
+		{"OnFailure, exit 0: Succeeded", corev1.RestartPolicyOnFailure, 0, corev1.PodSucceeded, false, true},
+		{"OnFailure, exit 1: restarted", corev1.RestartPolicyOnFailure, 1, corev1.PodRunning, true, false},
+		{"Always, exit 0: restarted", corev1.RestartPolicyAlways, 0, corev1.PodRunning, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(tc.policy, nil, "app")
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			cri.exit(t, "app", tc.exit)
+			h.m.Trigger(pod.UID)
+			var o Observed
+			if tc.wantRestart {
+				o = h.ev.waitFor(t, "app running again", func(o Observed) bool {
+					return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1
+				})
+				if lt := statusOf(o, "app").LastTerminationState.Terminated; lt == nil || lt.ExitCode != tc.exit {
+					t.Errorf("lastState %+v, want the exit with %d", lt, tc.exit)
+				}
+			} else {
+				o = h.ev.waitFor(t, "terminated", func(o Observed) bool { return o.Terminated })
+				if tt := statusOf(o, "app").State.Terminated; tt == nil || tt.ExitCode != tc.exit {
+					t.Errorf("app state %+v, want terminated with %d", statusOf(o, "app").State, tc.exit)
+				}
+				if _, ready, _ := cri.counts(); ready != 0 {
+					t.Errorf("%d ready sandboxes after the pod finished, want its sandbox stopped", ready)
+				}
+				if !h.m.Known(pod.UID) {
+					t.Errorf("a finished pod that is still wanted lost its worker")
+				}
+			}
+			if o.Status.Phase != tc.wantPhase || o.Terminated != tc.wantTerminated {
+				t.Errorf("phase %s terminated %v, want %s %v", o.Status.Phase, o.Terminated, tc.wantPhase, tc.wantTerminated)
+			}
+			wantCreates := 1
+			if tc.wantRestart {
+				wantCreates = 2
+			}
+			if got := cri.callsOf("CreateContainer"); len(got) != wantCreates {
+				t.Errorf("created %v, want %d instances", got, wantCreates)
+			}
+			if got := cri.callsOf("RunPodSandbox"); len(got) != 1 {
+				t.Errorf("sandboxes %v, want one", got)
+			}
+		})
+	}
+}
+
+func TestSyncCrashLoopBackOff(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+
+	cri.exit(t, "app", 1)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "the first restart, at once", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
+
+	cri.exit(t, "app", 1)
+	h.m.Trigger(pod.UID)
+	o := h.ev.waitFor(t, "CrashLoopBackOff", func(o Observed) bool {
+		w := statusOf(o, "app").State.Waiting
+		return w != nil && w.Reason == "CrashLoopBackOff"
+	})
+	cs := statusOf(o, "app")
+	if !strings.Contains(cs.State.Waiting.Message, "back-off 10s restarting failed container=app") {
+		t.Errorf("waiting message %q, want the 10 s back-off", cs.State.Waiting.Message)
+	}
+	if lt := cs.LastTerminationState.Terminated; lt == nil || lt.ExitCode != 1 || cs.RestartCount != 1 {
+		t.Errorf("restartCount %d lastState %+v, want 1 and the exit with 1", cs.RestartCount, lt)
+	}
+	if o.Status.Phase != corev1.PodRunning {
+		t.Errorf("phase %s, want Running while it restarts", o.Status.Phase)
+	}
+	if got := cri.callsOf("CreateContainer"); len(got) != 2 {
+		t.Errorf("created %v, want 2 instances: none during the back-off", got)
+	}
+	if !h.ev.hasEvent("BackOff: Back-off restarting failed container app") {
+		t.Errorf("no BackOff event")
+	}
+}
+
+func TestSyncImageNeverPull(t *testing.T) {
+	cri := newMemCRI("present:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app", "ok")
+	pod.Spec.Containers[0].Image, pod.Spec.Containers[0].ImagePullPolicy = "missing:1", corev1.PullNever
+	pod.Spec.Containers[1].Image = "present:1"
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "ErrImageNeverPull", func(o Observed) bool {
+		w := statusOf(o, "app").State.Waiting
+		return w != nil && w.Reason == "ErrImageNeverPull" && isRunning(o, "ok")
+	})
+	if msg := statusOf(o, "app").State.Waiting.Message; msg != `Container image "missing:1" is not present with pull policy of Never` {
+		t.Errorf("waiting message %q", msg)
+	}
+	if o.Status.Phase != corev1.PodPending {
+		t.Errorf("phase %s, want Pending", o.Status.Phase)
+	}
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"ok attempt=0"}) {
+		t.Errorf("created %v, want only the container with its image", got)
+	}
+	if got := cri.callsOf("PullImage"); got != nil {
+		t.Errorf("pulled %v with pull policy Never", got)
+	}
+}
+
+func TestSyncPullsMissingImage(t *testing.T) {
+	cri := newMemCRI()
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	if got := cri.callsOf("PullImage"); !slices.Equal(got, []string{"busybox:1"}) {
+		t.Errorf("pulled %v, want busybox:1 once", got)
+	}
+}
+
+func TestTerminateStopsWithGraceAndRemoves(t *testing.T) {
+	seven, three, zero, one := int64(7), int64(3), int64(0), int64(1)
+	for _, tc := range []struct {
+		name      string
+		podGrace  *int64
+		override  *int64
+		wantGrace int64
+	}{
+		{"the pod's grace", &seven, nil, 7},
+		{"no grace set: 30 s", nil, nil, 30},
+		{"an override", &seven, &three, 3},
+		{"override 0: at once", &seven, &zero, 0},
+		{"under the minimum: 2 s", &one, nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			// One container: killPod stops several in parallel goroutines, each of which
+			// writes worker.acted (kill.go), a data race under -race.
+			pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+			pod.Spec.TerminationGracePeriodSeconds = tc.podGrace
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "running", func(o Observed) bool { return isRunning(o, "app") })
+
+			if !h.m.Terminate(pod.UID, tc.override, "", "") {
+				t.Fatalf("Terminate of a known pod returned false")
+			}
+			o := h.ev.waitFor(t, "removed", func(o Observed) bool { return o.Removed })
+			if !o.Terminated || !o.Terminating {
+				t.Errorf("the last report: terminating %v terminated %v, want both", o.Terminating, o.Terminated)
+			}
+			stops := cri.callsOf("StopContainer")
+			want := []string{fmt.Sprintf("app timeout=%d", tc.wantGrace)}
+			if !slices.Equal(stops, want) {
+				t.Errorf("stops %v, want %v", stops, want)
+			}
+			if sbs, _, cs := cri.counts(); sbs != 0 || cs != 0 {
+				t.Errorf("%d sandboxes and %d containers left, want everything removed", sbs, cs)
+			}
+			if len(cri.callsOf("StopPodSandbox")) != 1 {
+				t.Errorf("sandbox stops %v, want one", cri.callsOf("StopPodSandbox"))
+			}
+			waitUntil(t, func() bool { return !h.m.Known(pod.UID) })
+			if h.m.Terminate(pod.UID, nil, "", "") {
+				t.Errorf("Terminate of a forgotten pod returned true")
+			}
+		})
+	}
+}
+
+func TestKillEndsPodFailedWithReason(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "running", func(o Observed) bool { return isRunning(o, "app") })
+	h.m.Kill(pod.UID, nil, "Evicted", "The node was low on resource: memory.")
+	o := h.ev.waitFor(t, "terminated", func(o Observed) bool { return o.Terminated })
+	if o.Status.Phase != corev1.PodFailed || o.Status.Reason != "Evicted" || o.Removed {
+		t.Errorf("phase %s reason %q removed %v, want Failed Evicted, kept", o.Status.Phase, o.Status.Reason, o.Removed)
+	}
+	if !h.m.Known(pod.UID) {
+		t.Errorf("a killed pod that is still wanted lost its worker")
+	}
+	if _, _, cs := cri.counts(); cs != 1 {
+		t.Errorf("%d containers, want the killed one kept (not removed)", cs)
+	}
+}
+
+func TestSyncRestartsContainerWithChangedHash(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app", "side")
+	cri.seed(t, pod, func(a map[string]string) {
+		if a != nil {
+			a[criconfig.AnnotationContainerHash] = "1" // not the spec's hash
+		}
+	})
+	// Only app's hash is wrong: fix side's.
+	cri.mu.Lock()
+	for _, c := range cri.containers {
+		if c.cfg.GetMetadata().GetName() == "side" {
+			c.cfg.Annotations[criconfig.AnnotationContainerHash] = strconv.FormatUint(criconfig.Hash(&pod.Spec.Containers[1]), 16)
+		}
+	}
+	cri.mu.Unlock()
+
+	h := newHarness(t, cri)
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "app restarted", func(o Observed) bool {
+		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1
+	})
+	if got := cri.callsOf("StopContainer"); len(got) != 1 || !strings.HasPrefix(got[0], "app ") {
+		t.Errorf("stops %v, want app only", got)
+	}
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"app attempt=1"}) {
+		t.Errorf("created %v, want app attempt 1", got)
+	}
+	if got := cri.callsOf("RunPodSandbox"); got != nil {
+		t.Errorf("ran sandboxes %v, want the existing one used", got)
+	}
+	if !isRunning(o, "side") || statusOf(o, "side").RestartCount != 0 {
+		t.Errorf("side: %+v, want left running", statusOf(o, "side"))
+	}
+	if !h.ev.hasEvent("Killing: Container app definition changed, will be restarted") {
+		t.Errorf("no Killing event for the changed definition")
+	}
+}
+
+func TestSyncAdoptsRunningContainers(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app", "side")
+	cri.seed(t, pod, nil)
+	h := newHarness(t, cri)
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "running", func(o Observed) bool { return o.Status.Phase == corev1.PodRunning })
+	if !isRunning(o, "app") || !isRunning(o, "side") || statusOf(o, "app").RestartCount != 0 {
+		t.Errorf("status %s, want both running, no restarts", describe(o.Status))
+	}
+	h.m.Trigger(pod.UID)
+	time.Sleep(50 * time.Millisecond)
+	for _, m := range []string{"RunPodSandbox", "CreateContainer", "StopContainer", "StopPodSandbox", "RemoveContainer"} {
+		if got := cri.callsOf(m); got != nil {
+			t.Errorf("%s %v on a pod that already runs as specified", m, got)
+		}
+	}
+	if got := cri.runningNames(); !slices.Equal(got, []string{"app", "side"}) {
+		t.Errorf("running %v", got)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
