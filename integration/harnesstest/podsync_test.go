@@ -377,3 +377,9 @@ func TestPodsyncCrashLoopBackoffTiming(t *testing.T) {
 		t.Errorf("third restart after %s, want 20 s of backoff", gap(3))
 	}
 }
+
+// deleteNow deletes with grace 0: the API object goes at once (no unitlet-status finishes
+// graceful deletions yet).
+func deleteNow() metav1.DeleteOptions {
+	return metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+}
