@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,3 +97,18 @@ func TestLogTail(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+func TestReadyConditionReadinessGates(t *testing.T) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}}}}
+	c := readyCondition(p, true, "ContainersNotReady", "")
+	if c.Status != corev1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" || !strings.Contains(c.Message, "example.com/lb") {
+		t.Errorf("gate missing: %+v, want False with ReadinessGatesNotReady naming the gate", c)
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: "example.com/lb", Status: corev1.ConditionTrue}}
+	if c := readyCondition(p, true, "", ""); c.Status != corev1.ConditionTrue {
+		t.Errorf("gate met: %+v, want True", c)
+	}
+	if c := readyCondition(p, false, "ContainersNotReady", "x"); c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady" {
+		t.Errorf("containers not ready: %+v", c)
+	}
+}

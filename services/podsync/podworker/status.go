@@ -112,7 +112,7 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 		cond(corev1.PodReadyToStartContainers, sandboxOK, "", ""),
 		cond(corev1.PodInitialized, initDone || final && len(incomplete) == 0, initReason, initMsg),
 		cond(corev1.ContainersReady, ready, crReason, crMsg),
-		cond(corev1.PodReady, ready && readinessGatesPass(pod), crReason, crMsg),
+		readyCondition(pod, ready, crReason, crMsg),
 		cond(corev1.PodScheduled, true, "", ""),
 	}
 	if initDone {
@@ -143,19 +143,34 @@ func (w *worker) keepTransitionTimes(out *corev1.PodStatus) {
 	w.lastConditions = out.Conditions
 }
 
-func readinessGatesPass(pod *corev1.Pod) bool {
+// readyCondition is the pod's Ready condition: its containers are ready and every
+// readiness gate's condition is True (the kubelet's reasons and messages).
+func readyCondition(pod *corev1.Pod, containersReady bool, reason, msg string) corev1.PodCondition {
+	c := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: reason, Message: msg}
+	if !containersReady {
+		return c
+	}
+	var unmet []string
 	for _, g := range pod.Spec.ReadinessGates {
-		ok := false
-		for _, c := range pod.Status.Conditions {
-			if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
-				ok = true
+		found, ok := false, false
+		for _, pc := range pod.Status.Conditions {
+			if pc.Type == g.ConditionType {
+				found, ok = true, pc.Status == corev1.ConditionTrue
 			}
 		}
-		if !ok {
-			return false
+		switch {
+		case !found:
+			unmet = append(unmet, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", g.ConditionType))
+		case !ok:
+			unmet = append(unmet, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but False", g.ConditionType))
 		}
 	}
-	return true
+	if len(unmet) > 0 {
+		c.Reason, c.Message = "ReadinessGatesNotReady", strings.Join(unmet, ", ")
+		return c
+	}
+	c.Status, c.Reason, c.Message = corev1.ConditionTrue, "", ""
+	return c
 }
 
 func anyRunning(rp *relist.Pod) bool {
