@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
 )
 
 // Reasons a pod is rejected with, the kubelet's words. A shortage of a resource is
@@ -206,6 +208,6 @@ func Reject(pod *corev1.Pod, r Result) corev1.PodStatus {
 		Phase:    corev1.PodFailed,
 		Reason:   r.Reason,
 		Message:  "Pod was rejected: " + r.Message,
-		QOSClass: podQOS(pod),
+		QOSClass: criconfig.QOSClass(pod),
 	}
 }
