@@ -5,26 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
-	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 func configCmd(ctx context.Context, g globals) error {
-	path := daemon.SocketPath(g.socketDir, "config")
-	if _, err := os.Stat(path); err != nil {
-		return explain("config", path, status.Error(codes.Unavailable, err.Error()))
-	}
-	conn, err := bus.DialPath(path)
+	conn, path, err := dial(g, "config")
 	if err != nil {
 		return err
 	}

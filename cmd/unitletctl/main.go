@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/version"
 )
@@ -128,4 +130,15 @@ func explain(service, socket string, err error) error {
 		return fmt.Errorf("unitlet-%s is not answering on %s: %s", service, socket, status.Convert(err).Message())
 	}
 	return fmt.Errorf("unitlet-%s: %w", service, err)
+}
+
+// dial connects to a service's bus socket in g.socketDir; a missing socket is explained
+// as the service not running. It returns the socket's path for explain.
+func dial(g globals, service string) (*grpc.ClientConn, string, error) {
+	path := daemon.SocketPath(g.socketDir, service)
+	if _, err := os.Stat(path); err != nil {
+		return nil, path, explain(service, path, status.Error(codes.Unavailable, err.Error()))
+	}
+	conn, err := bus.DialPath(path)
+	return conn, path, err
 }

@@ -4,18 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
-	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 // podRow is one pod as `unitletctl pods` shows it.
@@ -35,11 +30,7 @@ type podRow struct {
 }
 
 func podsCmd(ctx context.Context, g globals, now time.Time) error {
-	path := daemon.SocketPath(g.socketDir, "podsync")
-	if _, err := os.Stat(path); err != nil {
-		return explain("podsync", path, status.Error(codes.Unavailable, err.Error()))
-	}
-	conn, err := bus.DialPath(path)
+	conn, path, err := dial(g, "podsync")
 	if err != nil {
 		return err
 	}
