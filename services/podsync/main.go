@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -15,35 +14,29 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
-	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/cri"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/imagegc"
 	"github.com/unitlet/unitlet/services/podsync/lifecycle"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
-	"github.com/unitlet/unitlet/services/podsync/nodeinfo"
 	"github.com/unitlet/unitlet/services/podsync/podsource"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/relist"
-	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
 	"github.com/unitlet/unitlet/shared/version"
 )
 
 // ServiceName is unitlet-podsync's name on the bus.
 const ServiceName = "podsync"
-
-// configWait bounds the wait for unitlet-config at start.
-const configWait = 30 * time.Second
 
 // Main runs unitlet-podsync and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -76,44 +69,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return daemon.ExitOK
 }
 
-// nodeConfig is what podsync reads of unitlet-config's configuration.
-type nodeConfig struct {
-	kc    *kubeletconfigv1beta1.KubeletConfiguration
-	node  *configv1.NodeIdentity
-	paths *configv1.Paths
-}
-
-// loadConfig asks unitlet-config for the configuration in effect, waiting for it to start.
-func loadConfig(ctx context.Context, socketDir string) (*nodeConfig, error) {
-	conn, err := bus.Dial(socketDir, "config")
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, configWait)
-	defer cancel()
-	resp, err := configv1.NewConfigServiceClient(conn).GetConfig(cctx, &configv1.GetConfigRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("get the node configuration from unitlet-config (%s): %w", daemon.SocketPath(socketDir, "config"), err)
-	}
-	kc := &kubeletconfigv1beta1.KubeletConfiguration{}
-	if err := json.Unmarshal(resp.GetConfig().GetKubeletConfiguration(), kc); err != nil {
-		return nil, fmt.Errorf("decode the KubeletConfiguration from unitlet-config: %w", err)
-	}
-	return &nodeConfig{kc: kc, node: resp.GetConfig().GetNode(), paths: resp.GetConfig().GetPaths()}, nil
-}
-
 func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
-	cfg, err := loadConfig(ctx, settings.SocketDir)
+	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
 	if err != nil {
 		return err
 	}
-	kc := cfg.kc
-	nodeName := cfg.node.GetName()
-	rootDir := cfg.paths.GetRootDir()
-	if nodeName == "" || rootDir == "" {
-		return fmt.Errorf("unitlet-config gave no node name or root dir")
-	}
+	kc := cfg.KubeletConfiguration
+	nodeName := cfg.Node.GetName()
+	rootDir := cfg.Paths.GetRootDir()
 	clk := clock.RealClock{}
 
 	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
@@ -126,30 +89,17 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("read the machine's resources: %w", err)
 	}
-	id := nodeinfo.Identity{Name: nodeName, Hostname: cfg.node.GetHostname(), IPs: cfg.node.GetIps(), Labels: cfg.node.GetLabels()}
-	for _, t := range cfg.node.GetTaints() {
-		id.Taints = append(id.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
-	}
-	localNode, err := nodeinfo.Node(kc, id, machine)
+	localNode, err := nodeinfo.Node(kc, cfg.Identity(), machine)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
 
-	var client kubernetes.Interface
-	if kubeconfig := cfg.paths.GetKubeconfig(); kubeconfig != "" {
-		if _, err := os.Stat(kubeconfig); err == nil {
-			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-			if err != nil {
-				return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", kubeconfig, err))
-			}
-			rc.UserAgent = "unitlet-podsync/" + version.Version
-			rc.QPS, rc.Burst = float32(ptrOr(kc.KubeAPIQPS, 50)), int(kc.KubeAPIBurst)
-			if client, err = kubernetes.NewForConfig(rc); err != nil {
-				return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", kubeconfig, err))
-			}
-		} else {
-			log.Info("no kubeconfig: running standalone, static pods only", "kubeconfig", kubeconfig)
-		}
+	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-podsync", kc)
+	if errors.Is(err, kube.ErrStandalone) {
+		log.Info("running standalone, static pods only", "reason", err)
+		client = nil
+	} else if err != nil {
+		return daemon.ConfigError(err)
 	}
 
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
@@ -169,7 +119,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
 	defer probes.Stop()
 
-	hostIPs := cfg.node.GetIps()
+	hostIPs := cfg.Node.GetIps()
 	events := newRecorder(client, nodeName, log)
 	var workers *podworker.Manager
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), func(uids []types.UID) { workers.Trigger(uids...) })

@@ -1,6 +1,6 @@
-// Package nodeinfo holds the node as podsync sees it before, or without, the API server's
-// Node object: the machine's capacity read from the host, and the Node built from it and
-// the node configuration with the kubelet's allocatable arithmetic.
+// Package nodeinfo holds the node as the node agent sees it before, or without, the API
+// server's Node object: the machine's capacity read from the host, and the Node built from
+// it and the node configuration with the kubelet's allocatable arithmetic.
 package nodeinfo
 
 import (

@@ -1,0 +1,61 @@
+// Package kube builds the client-go clients the services use to talk to the API server
+// with the node's credentials.
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/shared/version"
+)
+
+// ErrStandalone means the node has no kubeconfig: it runs standalone, without an API
+// server (static pods only, no API writes), as the kubelet does without --kubeconfig.
+var ErrStandalone = errors.New("no kubeconfig: standalone node")
+
+// RESTConfig reads kubeconfig and sets the user agent (<component>/<version>) and the
+// kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst). A kubeconfig that is
+// unset or absent gives ErrStandalone.
+func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return nil, ErrStandalone
+	}
+	if _, err := os.Stat(kubeconfig); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (%s does not exist)", ErrStandalone, kubeconfig)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	rc.UserAgent = component + "/" + version.Version
+	rc.QPS, rc.Burst = 50, 100
+	if kc != nil {
+		if kc.KubeAPIQPS != nil {
+			rc.QPS = float32(*kc.KubeAPIQPS)
+		}
+		if kc.KubeAPIBurst != 0 {
+			rc.Burst = int(kc.KubeAPIBurst)
+		}
+	}
+	return rc, nil
+}
+
+// Client is RESTConfig's clientset.
+func Client(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, *rest.Config, error) {
+	rc, err := RESTConfig(kubeconfig, component, kc)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, rc, nil
+}
