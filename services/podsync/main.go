@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
-	"github.com/unitlet/unitlet/services/podsync/cri"
+	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/imagegc"
 	"github.com/unitlet/unitlet/services/podsync/lifecycle"

@@ -1,4 +1,5 @@
-// Package cri is podsync's connection to the container runtime over the CRI v1 API.
+// Package cri is a connection to the container runtime over the CRI v1 API (podsync drives
+// the runtime through it; status reads images, stats and logs).
 package cri
 
 import (
