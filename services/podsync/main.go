@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
-	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/imagegc"
 	"github.com/unitlet/unitlet/services/podsync/lifecycle"
@@ -27,6 +26,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"

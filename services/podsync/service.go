@@ -55,6 +55,8 @@ type Service struct {
 	admitted map[types.UID]bool
 	rejected map[types.UID]admission.Result
 	observed map[types.UID]*podsyncv1.Pod
+	// encoded is the pod object whose metadata and spec observed[uid].Pod holds.
+	encoded  map[types.UID]*corev1.Pod
 	mirrors  map[string]*corev1.Pod // mirror pods by namespace/name
 	hub      *watch.Hub[[]*podsyncv1.Pod]
 	onStatic func() // told when static or mirror pods change
@@ -76,6 +78,7 @@ func NewService(log *slog.Logger, clk clock.WithTicker, reg prometheus.Registere
 		admitted: map[types.UID]bool{},
 		rejected: map[types.UID]admission.Result{},
 		observed: map[types.UID]*podsyncv1.Pod{},
+		encoded:  map[types.UID]*corev1.Pod{},
 		mirrors:  map[string]*corev1.Pod{},
 	}
 	s.hub = watch.NewHub(0, watchHistory, s.snapshotLocked)
@@ -251,6 +254,7 @@ func (s *Service) forgetLocked(uid types.UID) {
 	delete(s.rejected, uid)
 	if o := s.observed[uid]; o != nil {
 		delete(s.observed, uid)
+		delete(s.encoded, uid)
 		o.Removed = true
 		s.publishLocked(o)
 	}
@@ -263,6 +267,11 @@ func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
 		s.observed[p.UID] = o
 	}
 	o.Namespace, o.Name, o.Source = p.Namespace, p.Name, source
+	if s.encoded[p.UID] != p {
+		// Sources replace a pod's object when it changes, so the pointer tells.
+		o.Pod, _ = json.Marshal(&corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: p.ObjectMeta, Spec: p.Spec})
+		s.encoded[p.UID] = p
+	}
 	if m := s.mirrors[p.Namespace+"/"+p.Name]; m != nil && source != podsource.SourceAPI {
 		o.MirrorUid = string(m.UID)
 	}
@@ -395,3 +404,6 @@ func orphanGrace(rp *relist.Pod) *int64 {
 func (s *Service) RuntimeChanged(uids []types.UID) {
 	s.workers.Trigger(uids...)
 }
+
+// podTypeMeta is a Pod's kind and apiVersion, for pods encoded on the bus.
+var podTypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}

@@ -438,6 +438,13 @@ func TestListAndSubscribe(t *testing.T) {
 	if len(pods) != 2 || seq < 2 {
 		t.Fatalf("List = %v at %d, want the two rejected pods at seq >= 2", pods, seq)
 	}
+	// Each carries its object (metadata and spec) for the node API's /pods.
+	for _, p := range pods {
+		var obj corev1.Pod
+		if err := json.Unmarshal(p.Pod, &obj); err != nil || obj.Name != p.Name || obj.Spec.NodeName != "node2" || obj.Kind != "Pod" {
+			t.Errorf("pod %s carries %s (%v), want its metadata and spec as a v1 Pod", p.Name, p.Pod, err)
+		}
+	}
 
 	_, upToDate := f.s.Subscribe(seq)
 	defer upToDate.Close()

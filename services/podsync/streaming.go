@@ -9,8 +9,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
-	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/cri"
 )
 
 // errNotRunning: the container or sandbox to stream to is not running.

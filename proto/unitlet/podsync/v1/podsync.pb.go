@@ -297,7 +297,10 @@ type Pod struct {
 	// Per container: where its log is and which container runs it.
 	Containers []*Container `protobuf:"bytes,10,rep,name=containers,proto3" json:"containers,omitempty"`
 	// The UID of the pod's mirror pod in the API, for static pods that have one.
-	MirrorUid     string `protobuf:"bytes,11,opt,name=mirror_uid,json=mirrorUid,proto3" json:"mirror_uid,omitempty"`
+	MirrorUid string `protobuf:"bytes,11,opt,name=mirror_uid,json=mirrorUid,proto3" json:"mirror_uid,omitempty"`
+	// The pod as podsync runs it: a core/v1 Pod encoded as JSON with its metadata and spec
+	// (its status is in status), for the node API's /pods. Decode leniently.
+	Pod           []byte `protobuf:"bytes,12,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +410,13 @@ func (x *Pod) GetMirrorUid() string {
 		return x.MirrorUid
 	}
 	return ""
+}
+
+func (x *Pod) GetPod() []byte {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
 }
 
 // Container is one container of a pod, as the runtime runs it.
@@ -934,7 +944,7 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x11WatchPodsResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12+\n" +
-	"\x04pods\x18\x03 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\"\xee\x02\n" +
+	"\x04pods\x18\x03 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\"\x80\x03\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -953,7 +963,8 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	" \x03(\v2\x1d.unitlet.podsync.v1.ContainerR\n" +
 	"containers\x12\x1d\n" +
 	"\n" +
-	"mirror_uid\x18\v \x01(\tR\tmirrorUid\"^\n" +
+	"mirror_uid\x18\v \x01(\tR\tmirrorUid\x12\x10\n" +
+	"\x03pod\x18\f \x01(\fR\x03pod\"^\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x19\n" +
