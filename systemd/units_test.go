@@ -31,6 +31,7 @@ const binDir = "/usr/local/bin/"
 var capabilities = map[string]string{
 	"unitlet-config.service":  "",
 	"unitlet-podsync.service": "",
+	"unitlet-status.service":  "",
 }
 
 // analyze returns the path of systemd-analyze. The unit tests are part of the suite on every

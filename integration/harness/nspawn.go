@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -394,8 +395,11 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		return "", err
 	}
 	for _, u := range units {
-		switch filepath.Ext(u) {
-		case ".service", ".socket", ".target":
+		// The target and the units of the node's services: a unit whose binary is not
+		// installed would restart forever.
+		base := strings.TrimSuffix(filepath.Base(u), filepath.Ext(u))
+		switch ext := filepath.Ext(u); {
+		case ext == ".target", (ext == ".service" || ext == ".socket") && slices.Contains(n.Services, strings.TrimPrefix(base, "unitlet-")):
 			files = append(files, file{path: "/etc/systemd/system/" + filepath.Base(u), mode: 0o644, from: u})
 		}
 	}
