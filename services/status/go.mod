@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/spf13/pflag v1.1.0 // indirect
 	github.com/unitlet/unitlet/proto v0.0.0 // indirect
@@ -22,7 +23,10 @@ require (
 	k8s.io/apimachinery v0.36.3 // indirect
 	k8s.io/apiserver v0.36.3 // indirect
 	k8s.io/client-go v0.36.3 // indirect
+	k8s.io/component-helpers v0.36.3 // indirect
 	k8s.io/cri-api v0.36.3 // indirect
+	k8s.io/cri-client v0.36.3 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kubelet v0.36.3 // indirect
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
 )
