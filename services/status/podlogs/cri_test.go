@@ -1,0 +1,6 @@
+package podlogs
+
+import "github.com/unitlet/unitlet/shared/cri"
+
+// The shared CRI client is what the service passes as the Runtime.
+var _ Runtime = (*cri.Client)(nil)
