@@ -4,6 +4,7 @@
 //	unitletctl status [SERVICE...]   every service: socket, reachability, health, version, pid, uptime
 //	unitletctl config                the effective configuration, its generation and the last reload
 //	unitletctl pods                  the node's pods: status, readiness, restarts, age, IP
+//	unitletctl node                  the node in the API: registration, conditions, lease
 //	unitletctl version               unitletctl's own version
 //
 // Output is a table or YAML; -o json prints JSON.
@@ -44,6 +45,7 @@ Commands:
   status [SERVICE...]  the unitlet services: socket, reachability, health, version, pid, uptime
   config               the node's effective configuration, its generation and the last reload
   pods                 the node's pods (unitlet-podsync): status, ready, restarts, age, IP, source
+  node                 the node in the API (unitlet-status): registration, conditions, lease, pod status writes
   version              unitletctl's version
 
 Flags:
@@ -98,6 +100,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		err = podsCmd(ctx, g, time.Now())
+	case "node":
+		if len(rest) > 0 {
+			err = usageError(fmt.Errorf("node takes no arguments"))
+			break
+		}
+		err = nodeCmd(ctx, g, time.Now())
 	case "version":
 		fmt.Fprintln(stdout, version.String("unitletctl"))
 	default:
