@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/config/... ./services/podsync/...
 CMDS := unitlet-config unitlet-podsync unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods fuzz run clean tools
 
 all: build
 
@@ -77,8 +77,8 @@ down:
 	$(GO) run ./cmd/unitlet-harness down
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
-## then pod start on the harness (bench-podsync)
-bench: bench-bus bench-podsync
+## then pod start on the harness (bench-podsync), then unitlet against the kubelet (bench-pods)
+bench: bench-bus bench-podsync bench-pods
 
 bench-bus:
 	@mkdir -p $(CACHE)
@@ -94,6 +94,15 @@ bench-podsync: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkPodStart -benchtime=1x -count=1 -timeout=30m ./integration/harnesstest/ | tee $(CACHE)/bench-podsync.log
 	@echo; echo "pod start on unitlet-podsync (compare: ../shared/ENVIRONMENT.md, kubelet figures):"; \
 	awk '/^BenchmarkPodStart/ { line=$$1; for (i=3; i<NF; i+=2) line=line "  " $$(i+1) "=" $$i; print "  " line }' $(CACHE)/bench-podsync.log
+
+## bench-pods: unitlet and the real kubelet (built once into the cache) side by side on one
+## harness stack (integration/stacks/bench-pods.yaml): 1, 30 and 100 pods created at once,
+## create → running p50/p99/max, delete → gone, RSS and CPU at 100 pods; the table, then
+## the unitlet/kubelet ratios as the last line
+bench-pods: build harness-binaries
+	@mkdir -p $(CACHE)
+	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=90m ./integration/harnesstest/ | tee $(CACHE)/bench-pods.log
+	@echo; sed -n '/^== pods vs kubelet/,/^unitlet\/kubelet p99 ratio:/p' $(CACHE)/bench-pods.log
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in test-unit)
 FUZZTIME ?= 30s

@@ -69,6 +69,23 @@ func EnsureBinaries(repo string, out io.Writer) (*Binaries, error) {
 	return b, nil
 }
 
+// EnsureKubelet builds the kubelet of KubernetesVersion from repo's integration/tools/kubelet
+// unless the cache has it, and returns its path. Only stacks with a kubelet node need it
+// (the side-by-side benchmark), so it has its own module and cache directory: building it
+// leaves the control plane's build and cache as they are.
+func EnsureKubelet(repo string, out io.Writer) (string, error) {
+	// The suffix is the build recipe's revision, as for the control plane.
+	bin := filepath.Join(CacheDir(), "kubelet-"+KubernetesVersion+"-r1", "kubelet")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := goBuild(out, filepath.Join(repo, "integration", "tools", "kubelet"), bin, []string{"k8s.io/kubernetes/cmd/kubelet"}, kubeLDFlags(),
+		"the kubelet "+KubernetesVersion+" (first time: about 3 minutes after the control plane)"); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
 // kubeLDFlags stamp the version the binaries report, as Kubernetes' own build does.
 func kubeLDFlags() string {
 	major, minor := "1", strings.Split(strings.TrimPrefix(KubernetesVersion, "v1."), ".")[0]

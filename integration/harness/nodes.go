@@ -25,11 +25,14 @@ func (h *Harness) NodeManifestDir(node string) string {
 // nspawn machine's /run/unitlet is bound to.
 func (h *Harness) NodeSocketDir(node string) string { return filepath.Join(h.nodeDir(node), "run") }
 
-// nodeComponents are the unitlet services of a process-backend node, or the machine of an
-// nspawn-backend node.
+// nodeComponents are the unitlet services of a process-backend node, the machine of an
+// nspawn-backend node, or the kubelet of a kubelet-backend node.
 func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
-	if n.Backend == "nspawn" {
+	switch n.Backend {
+	case "nspawn":
 		return []component{h.nspawnComponent(n, f)}
+	case "kubelet":
+		return []component{h.kubeletComponent(n, f)}
 	}
 	dir := h.nodeDir(n.Name)
 	var out []component

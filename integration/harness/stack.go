@@ -43,6 +43,11 @@ type Node struct {
 	// Backend is "process": unitlet binaries as host processes; or "nspawn": a Debian
 	// machine booted by systemd-nspawn with systemd as PID 1 running unitlet's units (see
 	// nspawn.go). nspawn machines share the host's network, so a stack has at most one.
+	// Or "kubelet": the real kubelet of KubernetesVersion, to measure unitlet against
+	// (kubelet.go); it listens on fixed ports, so a stack has at most one, and it runs no
+	// unitlet services. It shares the stack's containerd and stops pods it did not start,
+	// as podsync does: with a podsync node in the same stack, run one of them at a time
+	// (StopNode, StartNode).
 	Backend string `json:"backend"`
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
@@ -93,7 +98,7 @@ func LoadStack(path string) (*Stack, error) {
 		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)
 	}
 	seen := map[string]bool{}
-	nspawn, podsync := 0, 0
+	nspawn, podsync, kubelet := 0, 0, 0
 	for i, n := range s.Nodes {
 		if !nodeName.MatchString(n.Name) || seen[n.Name] {
 			return nil, fmt.Errorf("%s: nodes[%d].name %q: want a unique DNS label", path, i, n.Name)
@@ -105,8 +110,18 @@ func LoadStack(path string) (*Stack, error) {
 			if nspawn++; nspawn > 1 {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second nspawn node: the machines share the host's network and would listen on the same ports", path, i)
 			}
+		case "kubelet":
+			if s.Standalone {
+				return nil, fmt.Errorf("%s: nodes[%d]: a kubelet node in a standalone stack: the harness runs the kubelet against its API server only", path, i)
+			}
+			if kubelet++; kubelet > 1 {
+				return nil, fmt.Errorf("%s: nodes[%d]: a second kubelet node: the kubelets would listen on the same ports", path, i)
+			}
+			if len(n.Services) > 0 {
+				return nil, fmt.Errorf("%s: nodes[%d].services: a kubelet node runs the kubelet, no unitlet services", path, i)
+			}
 		default:
-			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn", path, i, n.Backend)
+			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn, kubelet", path, i, n.Backend)
 		}
 		for j, svc := range n.Services {
 			if !slices.Contains(knownServices, svc) {
