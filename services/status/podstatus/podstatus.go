@@ -101,6 +101,7 @@ type Manager struct {
 	targets map[types.UID]string // API UID → podsync's UID
 	pending int
 	writes  uint64
+	changes uint64 // numbers entries' versions, unique across forgotten and new entries
 }
 
 // entry is one pod as podsync last reported it, and what this manager knows of its API
@@ -115,7 +116,7 @@ type entry struct {
 	terminated      bool
 	removed         bool
 
-	// version counts podsync's changes; dirty is true until the API is known to carry
+	// version numbers podsync's last change; dirty is true until the API is known to carry
 	// version's status; since is when it became dirty.
 	version uint64
 	dirty   bool
@@ -290,7 +291,8 @@ func (m *Manager) updateLocked(p *podsyncv1.Pod) bool {
 	if t := e.target(); t != "" {
 		m.targets[t] = uid
 	}
-	e.version++
+	m.changes++
+	e.version = m.changes
 	if !e.dirty {
 		e.dirty, e.since = true, m.clock.Now()
 		m.pending++

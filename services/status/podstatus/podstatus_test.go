@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -592,5 +593,25 @@ func TestRetriesFailedWritesAndDropsGonePods(t *testing.T) {
 	}
 	if n := f.attempts("patch"); n != 3 {
 		t.Errorf("patch attempts = %d, want 3 (two failures, one success; none for the gone pod)", n)
+	}
+}
+
+type fakePodSyncClient struct {
+	podsyncv1.PodSyncServiceClient
+	after uint64
+}
+
+func (c *fakePodSyncClient) WatchPods(_ context.Context, in *podsyncv1.WatchPodsRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[podsyncv1.WatchPodsResponse], error) {
+	c.after = in.GetAfterSequence()
+	return nil, errors.New("unavailable")
+}
+
+func TestFromClientPassesTheSequence(t *testing.T) {
+	c := &fakePodSyncClient{}
+	if _, err := FromClient(c).WatchPods(context.Background(), 42); err == nil {
+		t.Error("the client's error was lost")
+	}
+	if c.after != 42 {
+		t.Errorf("after_sequence = %d, want 42", c.after)
 	}
 }
