@@ -132,7 +132,7 @@ func vsPod(node, name string) *corev1.Pod {
 func vsRound(b *testing.B, side vsSide, n int) vsResult {
 	b.Helper()
 	ctx := context.Background()
-	c := admin(b)
+	c := benchClient(b)
 	rt, err := stack.CRI()
 	if err != nil {
 		b.Fatal(err)

@@ -28,7 +28,7 @@ func BenchmarkPodStart(b *testing.B) {
 
 func benchPodStart(b *testing.B, n int, prefix string) {
 	registerNode(b)
-	c := admin(b)
+	c := benchClient(b)
 	rt, err := stack.CRI()
 	if err != nil {
 		b.Fatal(err)
