@@ -1,0 +1,221 @@
+package nodeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/kubernetes"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// auth is the authentication and authorization in front of every endpoint.
+type auth struct {
+	authn    authenticator.Request
+	authz    authorizer.Authorizer
+	nodeName string
+	// clientCA reloads the x509 client CA file while the server runs; nil when none.
+	clientCA *dynamiccertificates.DynamicFileCAContent
+}
+
+// newAuth builds the kubelet's authenticator and authorizer from its configuration. With a
+// client, x509 (clientCAFile), webhook TokenReview and anonymous authenticate as configured,
+// and AlwaysAllow or webhook SubjectAccessReview authorize.
+//
+// Without a client (standalone) nothing can be asked of the API, so: x509 authenticates
+// when a client CA is configured and an x509-authenticated caller may use every endpoint
+// (the operator's CA is the only authority there is); any other caller is anonymous and may
+// only GET /healthz and /pods, unless the configuration itself enables anonymous access
+// with authorization mode AlwaysAllow, which opens everything as it would on the kubelet.
+func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1beta1.KubeletAuthentication, authz kubeletconfigv1beta1.KubeletAuthorization) (*auth, error) {
+	a := &auth{nodeName: nodeName}
+	anonymous := authn.Anonymous.Enabled != nil && *authn.Anonymous.Enabled
+	webhookAuthn := authn.Webhook.Enabled == nil || *authn.Webhook.Enabled
+	mode := authz.Mode
+	if mode == "" {
+		mode = kubeletconfigv1beta1.KubeletAuthorizationModeWebhook
+	}
+
+	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous: &apiserver.AnonymousAuthConfig{Enabled: anonymous || client == nil},
+		CacheTTL:  authn.Webhook.CacheTTL.Duration,
+	}
+	if authn.X509.ClientCAFile != "" {
+		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", authn.X509.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read client CA file %s: %w", authn.X509.ClientCAFile, err)
+		}
+		a.clientCA = ca
+		cfg.ClientCertificateCAContentProvider = ca
+	}
+	if webhookAuthn && client != nil {
+		cfg.TokenAccessReviewClient = client.AuthenticationV1()
+		cfg.WebhookRetryBackoff = genericoptions.DefaultAuthWebhookRetryBackoff()
+	}
+	req, _, err := cfg.New()
+	if err != nil {
+		return nil, fmt.Errorf("build authenticator: %w", err)
+	}
+	a.authn = req
+
+	switch {
+	case client == nil:
+		a.authz = standaloneAuthorizer{openToAnonymous: anonymous && mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow}
+	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow:
+		a.authz = authorizerfactory.NewAlwaysAllowAuthorizer()
+	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeWebhook:
+		z, err := authorizerfactory.DelegatingAuthorizerConfig{
+			SubjectAccessReviewClient: client.AuthorizationV1(),
+			AllowCacheTTL:             authz.Webhook.CacheAuthorizedTTL.Duration,
+			DenyCacheTTL:              authz.Webhook.CacheUnauthorizedTTL.Duration,
+			WebhookRetryBackoff:       genericoptions.DefaultAuthWebhookRetryBackoff(),
+		}.New()
+		if err != nil {
+			return nil, fmt.Errorf("build webhook authorizer: %w", err)
+		}
+		a.authz = z
+	default:
+		return nil, fmt.Errorf("unknown authorization mode %q", mode)
+	}
+	return a, nil
+}
+
+// run keeps the client CA bundle current until ctx is done.
+func (a *auth) run(ctx context.Context) {
+	if a.clientCA != nil {
+		a.clientCA.Run(ctx, 1)
+	}
+}
+
+// subresources names the node subresources a request to path is authorized against, most
+// specific first; allowing any one of them allows the request. As the kubelet with its
+// fine-grained authorization (GA in 1.36), /pods, /healthz and /configz are first checked
+// as nodes/pods, nodes/healthz and nodes/configz and then fall back to nodes/proxy, so a
+// caller granted nodes/proxy keeps the access it always had.
+func subresources(path string) []string {
+	switch {
+	case underPath(path, "/pods"):
+		return []string{"pods", "proxy"}
+	case underPath(path, "/healthz"):
+		return []string{"healthz", "proxy"}
+	case underPath(path, "/configz"):
+		return []string{"configz", "proxy"}
+	case underPath(path, "/stats"):
+		return []string{"stats"}
+	case underPath(path, "/metrics"):
+		return []string{"metrics"}
+	case underPath(path, "/logs"):
+		return []string{"log"}
+	case underPath(path, "/spec"):
+		return []string{"spec"}
+	case underPath(path, "/checkpoint"):
+		return []string{"checkpoint"}
+	}
+	return []string{"proxy"}
+}
+
+// underPath reports whether path is root or below it.
+func underPath(path, root string) bool {
+	return path == root || strings.HasPrefix(path, root+"/")
+}
+
+// verb maps an HTTP method to the API verb it is authorized as.
+func verb(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return ""
+}
+
+// attributes are what a request by u is authorized as: one record per subresource.
+func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesRecord {
+	subs := subresources(r.URL.Path)
+	attrs := make([]authorizer.AttributesRecord, 0, len(subs))
+	for _, sub := range subs {
+		attrs = append(attrs, authorizer.AttributesRecord{
+			User:            u,
+			Verb:            verb(r.Method),
+			APIGroup:        "",
+			APIVersion:      "v1",
+			Resource:        "nodes",
+			Subresource:     sub,
+			Name:            a.nodeName,
+			ResourceRequest: true,
+			Path:            r.URL.Path,
+		})
+	}
+	return attrs
+}
+
+// filter authenticates and authorizes each request before next serves it: 401 when the
+// caller is not authenticated, 403 naming the user and subresources when not allowed.
+func (a *auth) filter(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, ok, err := a.authn.AuthenticateRequest(r)
+		if err != nil {
+			log.Info("authenticate request", "path", r.URL.Path, "err", err)
+		}
+		if err != nil || !ok {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		attrs := a.attributes(resp.User, r)
+		subs := make([]string, 0, len(attrs))
+		for _, attr := range attrs {
+			subs = append(subs, attr.Subresource)
+			decision, _, err := a.authz.Authorize(r.Context(), attr)
+			if err != nil {
+				log.Error("authorize request", "user", resp.User.GetName(), "verb", attr.Verb, "subresource", attr.Subresource, "err", err)
+				http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=nodes, subresource=%s)", resp.User.GetName(), attr.Verb, attr.Subresource), http.StatusInternalServerError)
+				return
+			}
+			if decision == authorizer.DecisionAllow {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		log.Debug("forbidden", "user", resp.User.GetName(), "verb", verb(r.Method), "subresources", subs, "path", r.URL.Path)
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", resp.User.GetName(), verb(r.Method), subs), http.StatusForbidden)
+	})
+}
+
+// standaloneAuthorizer decides without the API (see newAuth): anonymous callers may only
+// read /healthz and /pods; authenticated (x509) callers may do anything.
+type standaloneAuthorizer struct {
+	openToAnonymous bool
+}
+
+func (z standaloneAuthorizer) Authorize(_ context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := attr.GetUser()
+	if u == nil {
+		return authorizer.DecisionDeny, "no user", errors.New("request has no user")
+	}
+	if z.openToAnonymous || !slices.Contains(u.GetGroups(), user.AllUnauthenticated) {
+		return authorizer.DecisionAllow, "", nil
+	}
+	if attr.GetVerb() == "get" && (attr.GetPath() == "/healthz" || attr.GetPath() == "/pods") {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionDeny, "anonymous access in standalone mode is limited to /healthz and /pods", nil
+}

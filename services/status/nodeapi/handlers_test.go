@@ -1,0 +1,174 @@
+package nodeapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
+)
+
+type fakeStats struct{}
+
+func (fakeStats) Summary(_ context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error) {
+	name := "full"
+	if onlyCPUAndMemory {
+		name = "cpu-and-memory"
+	}
+	return &statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{NodeName: name}}, nil
+}
+
+// fakeLogs records the options of each call and writes "out" and "err" lines.
+type fakeLogs struct {
+	mu    sync.Mutex
+	calls []logCall
+}
+
+type logCall struct {
+	namespace, pod, container string
+	opts                      corev1.PodLogOptions
+}
+
+func (f *fakeLogs) ContainerLogs(_ context.Context, namespace, pod, container string, opts *corev1.PodLogOptions, stdout, stderr io.Writer) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, logCall{namespace, pod, container, *opts})
+	f.mu.Unlock()
+	switch pod {
+	case "missing":
+		return apierrors.NewNotFound(corev1.Resource("pods"), pod)
+	case "broken":
+		return errors.New("runtime exploded")
+	}
+	if _, err := io.WriteString(stdout, "out line\n"); err != nil {
+		return err
+	}
+	_, err := io.WriteString(stderr, "err line\n")
+	return err
+}
+
+func (f *fakeLogs) last() logCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[len(f.calls)-1]
+}
+
+func TestContainerLogsOptions(t *testing.T) {
+	logs := &fakeLogs{}
+	authn, authz := openAuth()
+	s := startServer(t, Options{Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz, Logs: logs})
+	c, base := client(t), "https://"+s.Address()+"/containerLogs/ns1/web/app"
+	since := metav1.NewTime(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+
+	for _, tc := range []struct {
+		query string
+		want  corev1.PodLogOptions
+	}{
+		{"", corev1.PodLogOptions{}},
+		{"?follow=true&timestamps=1&previous=false", corev1.PodLogOptions{Follow: true, Timestamps: true}},
+		{"?previous=true&tailLines=10&limitBytes=500", corev1.PodLogOptions{Previous: true, TailLines: ptr.To[int64](10), LimitBytes: ptr.To[int64](500)}},
+		{"?sinceSeconds=30", corev1.PodLogOptions{SinceSeconds: ptr.To[int64](30)}},
+		{"?sinceTime=2026-03-04T05:06:07Z", corev1.PodLogOptions{SinceTime: &since}},
+		{"?tail=5", corev1.PodLogOptions{TailLines: ptr.To[int64](5)}},
+		{"?tail=all&tailLines=5", corev1.PodLogOptions{}},
+	} {
+		code, body := do(t, c, http.MethodGet, base+tc.query, "")
+		if code != http.StatusOK || body != "out line\nerr line\n" {
+			t.Errorf("GET %s: %d %q, want 200 with both lines", tc.query, code, body)
+			continue
+		}
+		got := logs.last()
+		tc.want.Container = "app"
+		if got.namespace != "ns1" || got.pod != "web" || got.container != "app" {
+			t.Errorf("GET %s: logs of %s/%s/%s, want ns1/web/app", tc.query, got.namespace, got.pod, got.container)
+		}
+		if got.opts.SinceTime != nil && tc.want.SinceTime != nil && got.opts.SinceTime.Equal(tc.want.SinceTime) {
+			got.opts.SinceTime = tc.want.SinceTime
+		}
+		if !reflect.DeepEqual(got.opts, tc.want) {
+			t.Errorf("GET %s: options %+v, want %+v", tc.query, got.opts, tc.want)
+		}
+	}
+
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{
+		{base + "?tailLines=x", http.StatusBadRequest},
+		{base + "?sinceTime=yesterday", http.StatusBadRequest},
+		{base + "?tailLines=-1", http.StatusUnprocessableEntity},
+		{base + "?limitBytes=0", http.StatusUnprocessableEntity},
+		{base + "?sinceSeconds=0", http.StatusUnprocessableEntity},
+		{base + "?sinceSeconds=5&sinceTime=2026-03-04T05:06:07Z", http.StatusUnprocessableEntity},
+		{base + "?stream=Stdout", http.StatusUnprocessableEntity},
+		{"https://" + s.Address() + "/containerLogs/ns1/missing/app", http.StatusNotFound},
+		{"https://" + s.Address() + "/containerLogs/ns1/broken/app", http.StatusInternalServerError},
+		{"https://" + s.Address() + "/containerLogs/ns1/web", http.StatusNotFound},
+	} {
+		if code, body := do(t, c, http.MethodGet, tc.url, ""); code != tc.want {
+			t.Errorf("GET %s: %d %q, want %d", tc.url, code, body, tc.want)
+		}
+	}
+}
+
+func TestEndpoints(t *testing.T) {
+	authn, authz := openAuth()
+	var unhealthy atomic.Bool
+	pods := &fakePods{pods: []*corev1.Pod{testPod("ns1", "web", "uid-1"), testPod("ns2", "db", "uid-2")}}
+	s := startServer(t, Options{
+		Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz,
+		Pods:    pods,
+		Stats:   fakeStats{},
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "kubelet_running_pods 2\n") }),
+		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
+		Healthz: func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("podsync unreachable")
+			}
+			return nil
+		},
+	})
+	c, base := client(t), "https://"+s.Address()
+
+	code, body := do(t, c, http.MethodGet, base+"/pods", "")
+	var list corev1.PodList
+	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /pods: %d %q (%v)", code, body, err)
+	}
+	if list.Kind != "PodList" || list.APIVersion != "v1" || len(list.Items) != 2 || list.Items[1].Name != "db" {
+		t.Errorf("GET /pods: %+v, want a v1 PodList of web and db", list)
+	}
+
+	for _, tc := range []struct{ path, want string }{
+		{"/stats/summary", `"nodeName":"full"`},
+		{"/stats/summary?only_cpu_and_memory=true", `"nodeName":"cpu-and-memory"`},
+		{"/metrics", "kubelet_running_pods 2\n"},
+		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
+		{"/healthz", "ok"},
+	} {
+		code, body := do(t, c, http.MethodGet, base+tc.path, "")
+		if code != http.StatusOK || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s: %d %q, want 200 containing %q", tc.path, code, body, tc.want)
+		}
+	}
+	for _, path := range []string{"/nothing", "/pods/extra", "/stats/other", "/containerLogs/ns1/web/app"} {
+		if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s: status %d, want 404", path, code)
+		}
+	}
+	unhealthy.Store(true)
+	if code, _ := do(t, c, http.MethodGet, base+"/healthz", ""); code != http.StatusInternalServerError {
+		t.Errorf("GET /healthz while unhealthy: status %d, want 500", code)
+	}
+}

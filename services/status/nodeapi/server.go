@@ -1,0 +1,214 @@
+// Package nodeapi serves the node's HTTPS API on :10250 as the kubelet serves it: /healthz,
+// /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics and
+// /configz, behind the kubelet's x509 / TokenReview authentication and SubjectAccessReview
+// authorization on nodes/<subresource>.
+package nodeapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+)
+
+// Pods lists the node's pods as podsync runs them and asks podsync for streaming sessions.
+type Pods interface {
+	// Pods is every pod on the node; /pods returns them as a v1 PodList.
+	Pods(ctx context.Context) ([]*corev1.Pod, error)
+	// StreamingURL asks the runtime (through podsync) for a one-time CRI streaming URL;
+	// an apierrors NotFound for an unknown pod or container.
+	StreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (string, error)
+	// PodUID resolves namespace/name to the pod's UID; an apierrors NotFound if unknown.
+	PodUID(ctx context.Context, namespace, name string) (types.UID, error)
+}
+
+// Logs writes a container's log as the kubelet's /containerLogs does (errors: apierrors
+// NotFound or BadRequest become 404 and 400).
+type Logs interface {
+	ContainerLogs(ctx context.Context, namespace, pod, container string, opts *corev1.PodLogOptions, stdout, stderr io.Writer) error
+}
+
+// Stats builds the /stats/summary.
+type Stats interface {
+	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error)
+}
+
+// Options configure the server.
+type Options struct {
+	// Address to listen on, e.g. "0.0.0.0:10250" (config address:port).
+	Address string
+	// CertFile and KeyFile are the config's tlsCertFile and tlsPrivateKeyFile. When both are
+	// empty (and GetCertificate is nil), a self-signed certificate for Hostname and IPs is
+	// made and kept in CertDir as kubelet.crt and kubelet.key, and reused on restart.
+	CertFile, KeyFile string
+	CertDir           string
+	Hostname          string
+	IPs               []string
+	// GetCertificate, when set, serves the certificate it returns for each handshake (the
+	// serving certificate rotated without a restart); CertFile, KeyFile and CertDir are
+	// then unused.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+
+	// Authentication and Authorization as in the KubeletConfiguration: x509.clientCAFile,
+	// webhook.enabled/cacheTTL and anonymous.enabled (off unless set); mode AlwaysAllow or
+	// Webhook (the default) with its cache TTLs.
+	Authentication kubeletconfigv1beta1.KubeletAuthentication
+	Authorization  kubeletconfigv1beta1.KubeletAuthorization
+	// Client makes TokenReviews and SubjectAccessReviews. Nil means standalone: x509
+	// callers (when a client CA is configured) may use every endpoint, anyone else only
+	// GET /healthz and /pods.
+	Client   kubernetes.Interface
+	NodeName string
+
+	Pods  Pods
+	Logs  Logs  // nil: /containerLogs answers 404
+	Stats Stats // nil: /stats/summary answers 404
+	// Metrics serves /metrics; nil: 404.
+	Metrics http.Handler
+	// Configz returns the /configz body ({"kubeletconfig": ...}); nil: 404.
+	Configz func() ([]byte, error)
+	// Healthz reports the node agent's health for /healthz; nil: always healthy.
+	Healthz func(ctx context.Context) error
+	Log     *slog.Logger
+}
+
+// Server is the node's HTTPS API.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	auth *auth
+	srv  *http.Server
+
+	mu       sync.Mutex
+	listener net.Listener
+}
+
+// shutdownTimeout bounds the graceful shutdown; streaming sessions still open then are cut.
+const shutdownTimeout = 5 * time.Second
+
+// New checks the options, loads or makes the serving certificate and builds the
+// authenticator and authorizer. It does not listen yet (see Listen and Run).
+func New(o Options) (*Server, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Address == "" {
+		return nil, errors.New("no address to listen on")
+	}
+	if o.NodeName == "" {
+		return nil, errors.New("no node name")
+	}
+	if o.Pods == nil {
+		return nil, errors.New("no pods source")
+	}
+	log := o.Log.With("component", "nodeapi")
+
+	tlsConfig := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Ask for a client certificate without requiring or verifying it here: the x509
+		// authenticator verifies it against the (reloadable) client CA bundle.
+		ClientAuth: tls.RequestClientCert,
+	}
+	if o.GetCertificate != nil {
+		tlsConfig.GetCertificate = o.GetCertificate
+	} else {
+		cert, err := servingCertificate(log, o.CertFile, o.KeyFile, o.CertDir, o.Hostname, o.IPs, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
+	}
+
+	a, err := newAuth(o.Client, o.NodeName, o.Authentication, o.Authorization)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: o, log: log, auth: a}
+	s.srv = &http.Server{
+		Handler:           a.filter(log, s.routes()),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		// No read or write timeout: logs follow and exec sessions stream for as long as
+		// the client wants.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// Listen binds the address; Run calls it when it was not called before. Tests listen on
+// port 0 and read the bound address from Address.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener != nil {
+		return nil
+	}
+	l, err := net.Listen("tcp", s.opts.Address)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.opts.Address, err)
+	}
+	s.listener = l
+	return nil
+}
+
+// Address is the bound address, or "" before Listen.
+func (s *Server) Address() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return ""
+	}
+	return s.listener.Addr().String()
+}
+
+// Run serves until ctx is done, then shuts down gracefully and returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	l := s.listener
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	var wg sync.WaitGroup
+	wg.Go(func() { s.auth.run(ctx) })
+	defer wg.Wait()
+
+	served := make(chan error, 1)
+	go func() { served <- s.srv.ServeTLS(l, "", "") }()
+	s.log.Info("serving the node API", "address", l.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve the node API: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer stop()
+	if err := s.srv.Shutdown(shutdownCtx); err != nil {
+		s.log.Warn("node API did not shut down in time; closing", "err", err)
+		_ = s.srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve the node API: %w", err)
+	}
+	return nil
+}
