@@ -137,6 +137,10 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Client == nil {
+		log.Info("standalone: no API client; anonymous callers may only GET /healthz and /pods, x509 callers anything",
+			"clientCAFile", o.Authentication.X509.ClientCAFile)
+	}
 	s := &Server{opts: o, log: log, auth: a}
 	s.srv = &http.Server{
 		Handler:           a.filter(log, s.routes()),
