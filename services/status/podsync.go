@@ -1,0 +1,140 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/status/podlogs"
+)
+
+// healthTimeout bounds a health call to another unitlet service: longer than a restart
+// under socket activation takes (about 1 s), short enough to report an outage promptly.
+const healthTimeout = 3 * time.Second
+
+// podsyncClient adapts unitlet-podsync's bus API to what the node status, the node API and
+// the log reader need.
+type podsyncClient struct {
+	c podsyncv1.PodSyncServiceClient
+}
+
+var podsResource = schema.GroupResource{Resource: "pods"}
+
+// RuntimeHealth is podsync's view of the runtime; an error means podsync did not answer.
+func (p podsyncClient) RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHealth, error) {
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	resp, err := p.c.GetRuntimeHealth(ctx, &podsyncv1.GetRuntimeHealthRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("unitlet-podsync unreachable: %s", grpcstatus.Convert(err).Message())
+	}
+	return resp.GetHealth(), nil
+}
+
+func (p podsyncClient) list(ctx context.Context) ([]*podsyncv1.Pod, error) {
+	resp, err := p.c.ListPods(ctx, &podsyncv1.ListPodsRequest{})
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("unitlet-podsync unreachable: %s", grpcstatus.Convert(err).Message()))
+	}
+	return resp.GetPods(), nil
+}
+
+// Pods are the node's pods with their observed status, as the kubelet's /pods lists them.
+func (p podsyncClient) Pods(ctx context.Context) ([]*corev1.Pod, error) {
+	pods, err := p.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(pods))
+	for _, bp := range pods {
+		if bp.GetRemoved() {
+			continue
+		}
+		out = append(out, decodePod(bp))
+	}
+	return out, nil
+}
+
+// decodePod rebuilds a v1 Pod from podsync's object and observed status; fields that do not
+// decode are left empty (podsync may be newer than this reader).
+func decodePod(bp *podsyncv1.Pod) *corev1.Pod {
+	pod := &corev1.Pod{}
+	_ = json.Unmarshal(bp.GetPod(), pod)
+	pod.Kind, pod.APIVersion = "Pod", "v1"
+	pod.Namespace, pod.Name, pod.UID = bp.GetNamespace(), bp.GetName(), types.UID(bp.GetUid())
+	_ = json.Unmarshal(bp.GetStatus(), &pod.Status)
+	return pod
+}
+
+func (p podsyncClient) find(ctx context.Context, namespace, name string) (*podsyncv1.Pod, error) {
+	pods, err := p.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, bp := range pods {
+		if bp.GetNamespace() == namespace && bp.GetName() == name && !bp.GetRemoved() {
+			return bp, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(podsResource, namespace+"/"+name)
+}
+
+// PodUID is the UID of the pod namespace/name on this node.
+func (p podsyncClient) PodUID(ctx context.Context, namespace, name string) (types.UID, error) {
+	bp, err := p.find(ctx, namespace, name)
+	if err != nil {
+		return "", err
+	}
+	return types.UID(bp.GetUid()), nil
+}
+
+// StreamingURL asks podsync for the runtime's URL of one exec, attach or port-forward.
+func (p podsyncClient) StreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (string, error) {
+	resp, err := p.c.GetStreamingURL(ctx, req)
+	if err != nil {
+		st := grpcstatus.Convert(err)
+		switch st.Code() {
+		case codes.NotFound:
+			return "", apierrors.NewNotFound(podsResource, req.GetPodUid())
+		case codes.InvalidArgument, codes.FailedPrecondition:
+			return "", apierrors.NewBadRequest(st.Message())
+		}
+		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("unitlet-podsync: %s", st.Message()))
+	}
+	return resp.GetUrl(), nil
+}
+
+// Container tells where a container's current log is.
+func (p podsyncClient) Container(ctx context.Context, namespace, pod, container string) (podlogs.ContainerLog, error) {
+	bp, err := p.find(ctx, namespace, pod)
+	if err != nil {
+		return podlogs.ContainerLog{}, err
+	}
+	var st corev1.PodStatus
+	_ = json.Unmarshal(bp.GetStatus(), &st)
+	for _, c := range bp.GetContainers() {
+		if c.GetName() != container {
+			continue
+		}
+		if c.GetLogPath() == "" {
+			return podlogs.ContainerLog{}, apierrors.NewBadRequest(fmt.Sprintf("container %q in pod %q is waiting to start", container, pod))
+		}
+		out := podlogs.ContainerLog{PodUID: bp.GetUid(), ContainerID: c.GetId(), Path: c.GetLogPath()}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, st.InitContainerStatuses...), st.ContainerStatuses...) {
+			if cs.Name == container {
+				out.RestartCount = int(cs.RestartCount)
+			}
+		}
+		return out, nil
+	}
+	return podlogs.ContainerLog{}, apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", container, pod))
+}

@@ -1,0 +1,86 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/daemon"
+)
+
+// optionalServices are unitlet services a node may run besides config, podsync and status:
+// each is checked when its bus socket exists (its socket unit is installed, or it listens).
+var optionalServices = []string{"certs", "volumes", "eviction"}
+
+// checkServices reports the first unitlet service that does not answer its health check:
+// unitlet-config always, the optional ones when their socket exists. podsync is checked
+// through its runtime health.
+func checkServices(socketDir string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var down []string
+		for _, svc := range append([]string{"config"}, optionalServices...) {
+			path := daemon.SocketPath(socketDir, svc)
+			if svc != "config" {
+				if _, err := os.Stat(path); err != nil {
+					continue
+				}
+			}
+			if err := healthy(ctx, socketDir, svc); err != nil {
+				down = append(down, err.Error())
+			}
+		}
+		if len(down) > 0 {
+			return fmt.Errorf("%s", strings.Join(down, "; "))
+		}
+		return nil
+	}
+}
+
+func healthy(ctx context.Context, socketDir, svc string) error {
+	conn, err := bus.Dial(socketDir, svc)
+	if err != nil {
+		return fmt.Errorf("unitlet-%s unreachable: %v", svc, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("unitlet-%s unreachable: %s", svc, grpcstatus.Convert(err).Message())
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("unitlet-%s not serving: %s", svc, resp.GetStatus())
+	}
+	return nil
+}
+
+// imageLister reads the runtime's images for node.status.images.
+type imageLister struct {
+	rt runtimeapi.ImageServiceClient
+}
+
+// Images are the runtime's images, each with its tags and digests as names.
+func (l imageLister) Images(ctx context.Context) ([]corev1.ContainerImage, error) {
+	resp, err := l.rt.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list the runtime's images: %w", err)
+	}
+	out := make([]corev1.ContainerImage, 0, len(resp.GetImages()))
+	for _, img := range resp.GetImages() {
+		names := append(append([]string{}, img.GetRepoDigests()...), img.GetRepoTags()...)
+		if len(names) == 0 {
+			continue
+		}
+		out = append(out, corev1.ContainerImage{Names: names, SizeBytes: int64(img.GetSize())})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].SizeBytes > out[j].SizeBytes })
+	return out, nil
+}
