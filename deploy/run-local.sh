@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: a standalone unitlet node on this machine — containerd with its own root and
-# socket, a bridge network, the project's images, and unitlet-config + unitlet-podsync as
-# local processes running the static pods of deploy/examples/ with no API server (the
+# socket, a bridge network, the project's images, and unitlet-config, unitlet-podsync and
+# unitlet-status as local processes running the static pods of deploy/examples/ with no API server (the
 # stack integration/stacks/standalone.yaml). It shows the node with unitletctl and keeps it
 # running until Ctrl-C, which takes everything down again.
 set -euo pipefail
@@ -21,7 +21,7 @@ down() {
 }
 trap down EXIT INT TERM
 
-echo "== bringing up the standalone node (containerd, images, unitlet-config, unitlet-podsync)"
+echo "== bringing up the standalone node (containerd, images, unitlet-config, unitlet-podsync, unitlet-status)"
 (cd "$repo" && "$harness" up -f "$stack")
 manifests=${UNITLET_HARNESS_DIR:-/var/tmp/unitlet-harness}/standalone/nodes/$node/manifests
 cp "$here"/examples/*.yaml "$manifests/"
@@ -38,7 +38,10 @@ for _ in $(seq 60); do
 done
 echo
 echo "== unitletctl status"
-on_node unitletctl status config podsync || true
+on_node unitletctl status config podsync status || true
+echo
+echo "== unitletctl node (standalone: nothing is written to an API server)"
+on_node unitletctl node || true
 echo
 echo "== unitletctl pods"
 on_node unitletctl pods
@@ -46,5 +49,6 @@ echo
 echo "The node runs until Ctrl-C. Meanwhile, in another shell:"
 echo "  $harness exec -f $stack $node -- unitletctl pods      # the pods"
 echo "  $harness logs -f $stack $node/unitlet-podsync          # podsync's log"
+echo "  curl -sk https://127.0.0.1:10350/healthz                  # the node API (the stack's nodeAPIPort)"
 echo "  add, edit or remove manifests in $manifests: podsync follows within a second"
 while sleep 3600; do :; done

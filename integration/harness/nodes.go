@@ -87,6 +87,9 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	cfg += "staticPodPath: " + h.NodeManifestDir(n.Name) + "\n" +
 		"podLogsDir: " + filepath.Join(dir, "pod-logs") + "\n" +
 		"fileCheckFrequency: 20s\n"
+	if n.NodeAPIPort != 0 {
+		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
+	}
 	for _, d := range []string{h.NodeManifestDir(n.Name), filepath.Join(dir, "pod-logs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err

@@ -54,6 +54,9 @@ type Node struct {
 	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR), e.g.
 	// {podsync: "127.0.0.1:10272"}; process nodes only.
 	Metrics map[string]string `json:"metrics,omitempty"`
+	// NodeAPIPort is the port of unitlet-status's node API (the config's port); 0 means the
+	// kubelet's 10250. A stack that runs beside another sets its own.
+	NodeAPIPort int `json:"nodeAPIPort,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -99,6 +102,7 @@ func LoadStack(path string) (*Stack, error) {
 	}
 	seen := map[string]bool{}
 	nspawn, podsync, kubelet := 0, 0, 0
+	status := 0 // nodes running unitlet-status
 	for i, n := range s.Nodes {
 		if !nodeName.MatchString(n.Name) || seen[n.Name] {
 			return nil, fmt.Errorf("%s: nodes[%d].name %q: want a unique DNS label", path, i, n.Name)
@@ -131,6 +135,11 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: nspawn nodes run only config so far", path, i, j, svc)
 			}
 		}
+		if slices.Contains(n.Services, "status") {
+			if status++; status > 1 {
+				return nil, fmt.Errorf("%s: nodes[%d]: a second node with status: the node API of each listens on the host's port 10250", path, i)
+			}
+		}
 		if slices.Contains(n.Services, "podsync") {
 			if podsync++; podsync > 1 {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second node with podsync: the nodes share the stack's containerd, and each podsync stops pods it did not start", path, i)
@@ -144,6 +153,6 @@ func LoadStack(path string) (*Stack, error) {
 }
 
 // knownServices are the unitlet services a node may run.
-var knownServices = []string{"config", "podsync"}
+var knownServices = []string{"config", "podsync", "status"}
 
 func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }

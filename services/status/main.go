@@ -166,6 +166,10 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("node API: %w", err))
 	}
+	// Bound before READY=1: a port in use fails the start with the reason.
+	if err := api.Listen(); err != nil {
+		return fmt.Errorf("node API: %w", err)
+	}
 	server.nodeAPI = api.Address()
 	// Node API: :10250.
 	d.Go("node API", api.Run)
