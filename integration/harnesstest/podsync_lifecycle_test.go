@@ -149,22 +149,25 @@ func TestPodsyncHooks(t *testing.T) {
 	})
 }
 
-// podsyncPID is the pid of node-1's unitlet-podsync.
-func podsyncPID(t testing.TB) int {
+// servicePID is the pid of one of node-1's unitlet services ("podsync", "status").
+func servicePID(t testing.TB, svc string) int {
 	t.Helper()
 	for _, c := range stack.Status() {
-		if c.Name == podsyncNode+"/unitlet-podsync" && c.Alive {
+		if c.Name == podsyncNode+"/unitlet-"+svc && c.Alive {
 			return c.PID
 		}
 	}
-	t.Fatalf("unitlet-podsync of %s is not running:\n%s", podsyncNode, stack.Logs(20))
+	t.Fatalf("unitlet-%s of %s is not running:\n%s", svc, podsyncNode, stack.Logs(20))
 	return 0
 }
 
-// killPodsync kills podsync with SIGKILL and starts it again as its unit would.
-func killPodsync(t *testing.T) {
+// podsyncPID is the pid of node-1's unitlet-podsync.
+func podsyncPID(t testing.TB) int { return servicePID(t, "podsync") }
+
+// sigkill kills one of node-1's unitlet services with SIGKILL and waits until it is gone.
+func sigkill(t *testing.T, svc string) {
 	t.Helper()
-	pid := podsyncPID(t)
+	pid := servicePID(t, svc)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +177,21 @@ func killPodsync(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// restartServices starts what is not running again, as the services' units would.
+func restartServices(t *testing.T) {
+	t.Helper()
 	if err := stack.Up(context.Background()); err != nil {
-		t.Fatalf("start podsync again: %v", err)
+		t.Fatalf("start the killed services again: %v", err)
 	}
+}
+
+// killPodsync kills podsync with SIGKILL and starts it again as its unit would.
+func killPodsync(t *testing.T) {
+	t.Helper()
+	sigkill(t, "podsync")
+	restartServices(t)
 }
 
 func TestPodsyncSIGKILLDuringABurst(t *testing.T) {

@@ -25,14 +25,21 @@ import (
 // podsyncNode is the stack's node running unitlet-podsync as host processes.
 const podsyncNode = "node-1"
 
-// registerNode creates the Node object of podsyncNode, as unitlet-status will: without it
+// registerNode waits until unitlet-status has registered podsyncNode: without the Node
 // the controller-manager deletes pods bound to the node and mirror pods have no owner.
 func registerNode(t testing.TB) {
 	t.Helper()
 	c := admin(t)
-	_, err := c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: podsyncNode}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("register node %s: %v", podsyncNode, err)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		_, err := c.CoreV1().Nodes().Get(context.Background(), podsyncNode, metav1.GetOptions{})
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unitlet-status has not registered node %s: %v\n%s", podsyncNode, err, stack.Logs(30))
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -290,9 +297,13 @@ func TestPodsyncGracefulDeletion(t *testing.T) {
 	if took < 5*time.Second || took > 15*time.Second {
 		t.Errorf("the container stopped %s after the delete; the grace period is 6 s", took)
 	}
-	p2, _ := waitPod(t, 10*time.Second, "default/graceful", "terminated", func(p *podsyncv1.Pod, _ corev1.PodStatus) bool { return p.Terminated })
-	if !p2.Terminating {
-		t.Errorf("pod reported terminated but not terminating: %v", p2)
+	// Terminated, unitlet-status deletes the API object (grace 0, UID precondition).
+	stack.WaitFor(t, 10*time.Second, "the API object deleted", func(ctx context.Context) (bool, string) {
+		_, err := admin(t).CoreV1().Pods("default").Get(ctx, "graceful", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("the API object went %s after the delete, want within the grace period (6 s) + 2 s", took)
 	}
 }
 
@@ -378,8 +389,7 @@ func TestPodsyncCrashLoopBackoffTiming(t *testing.T) {
 	}
 }
 
-// deleteNow deletes with grace 0: the API object goes at once (no unitlet-status finishes
-// graceful deletions yet).
+// deleteNow deletes with grace 0: the API object goes at once.
 func deleteNow() metav1.DeleteOptions {
 	return metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
 }

@@ -2,7 +2,9 @@ package harnesstest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +75,23 @@ func TestStandaloneNodeRunsExamples(t *testing.T) {
 		}
 		return ready == len(examples) && len(rows) == len(examples), string(raw)
 	})
+	// unitlet-status runs standalone: nothing to write, the node API on the stack's port.
+	nodeOut, err := h.Exec("local", []string{"unitletctl", "node", "-o", "json"}).CombinedOutput()
+	var node struct {
+		Standalone     bool   `json:"standalone"`
+		NodeAPIAddress string `json:"nodeApiAddress"`
+	}
+	if err != nil || json.Unmarshal(nodeOut, &node) != nil || !node.Standalone || !strings.HasSuffix(node.NodeAPIAddress, ":10350") {
+		t.Errorf("unitletctl node: %s (%v), want a standalone node with its node API on :10350", nodeOut, err)
+	}
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := insecure.Get("https://127.0.0.1:10350/healthz")
+	if err != nil {
+		t.Errorf("the standalone node API: %v", err)
+	} else {
+		resp.Body.Close()
+		t.Logf("standalone GET /healthz without credentials: %s", resp.Status)
+	}
 	st := h.Status()
 	downed = true
 	if err := h.Down(); err != nil {
