@@ -1,0 +1,140 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
+)
+
+// fakePodsync answers ListPods, GetRuntimeHealth and GetStreamingURL.
+type fakePodsync struct {
+	podsyncv1.PodSyncServiceClient
+	pods      []*podsyncv1.Pod
+	err       error
+	streamErr error
+}
+
+func (f *fakePodsync) ListPods(context.Context, *podsyncv1.ListPodsRequest, ...grpc.CallOption) (*podsyncv1.ListPodsResponse, error) {
+	return &podsyncv1.ListPodsResponse{Pods: f.pods}, f.err
+}
+
+func (f *fakePodsync) GetRuntimeHealth(context.Context, *podsyncv1.GetRuntimeHealthRequest, ...grpc.CallOption) (*podsyncv1.GetRuntimeHealthResponse, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &podsyncv1.GetRuntimeHealthResponse{Health: &podsyncv1.RuntimeHealth{RuntimeReady: true}}, nil
+}
+
+func (f *fakePodsync) GetStreamingURL(context.Context, *podsyncv1.GetStreamingURLRequest, ...grpc.CallOption) (*podsyncv1.GetStreamingURLResponse, error) {
+	if f.streamErr != nil {
+		return nil, f.streamErr
+	}
+	return &podsyncv1.GetStreamingURLResponse{Url: "http://127.0.0.1:1/exec/x"}, nil
+}
+
+func busPod(t *testing.T) *podsyncv1.Pod {
+	t.Helper()
+	obj, _ := json.Marshal(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}})
+	st, _ := json.Marshal(&corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.5",
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "main", RestartCount: 2}}})
+	return &podsyncv1.Pod{Uid: "u1", Namespace: "default", Name: "web", Source: "api", Pod: obj, Status: st,
+		Containers: []*podsyncv1.Container{{Name: "main", Id: "c1", LogPath: "/var/log/pods/default_web_u1/main/2.log"}}}
+}
+
+func TestPodsDecodeObjectAndStatus(t *testing.T) {
+	removed := busPod(t)
+	removed.Uid, removed.Removed = "gone", true
+	p := podsyncClient{c: &fakePodsync{pods: []*podsyncv1.Pod{busPod(t), removed}}}
+	pods, err := p.Pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 {
+		t.Fatalf("Pods = %d pods, want 1 (removed pods are left out)", len(pods))
+	}
+	got := pods[0]
+	if got.UID != "u1" || got.Kind != "Pod" || got.Labels["app"] != "web" || got.Spec.NodeName != "node-1" || got.Status.PodIP != "10.88.0.5" {
+		t.Errorf("Pods[0] = %+v, want the object with its spec, labels and observed status", got)
+	}
+}
+
+func TestContainerLogLocation(t *testing.T) {
+	p := podsyncClient{c: &fakePodsync{pods: []*podsyncv1.Pod{busPod(t)}}}
+	cl, err := p.Container(context.Background(), "default", "web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.PodUID != "u1" || cl.ContainerID != "c1" || cl.RestartCount != 2 || cl.Path != "/var/log/pods/default_web_u1/main/2.log" {
+		t.Errorf("Container = %+v", cl)
+	}
+	if _, err := p.Container(context.Background(), "default", "nope", "main"); !apierrors.IsNotFound(err) {
+		t.Errorf("unknown pod: %v, want NotFound", err)
+	}
+	if _, err := p.Container(context.Background(), "default", "web", "sidecar"); !apierrors.IsBadRequest(err) {
+		t.Errorf("unknown container: %v, want BadRequest", err)
+	}
+	if uid, err := p.PodUID(context.Background(), "default", "web"); err != nil || uid != "u1" {
+		t.Errorf("PodUID = %q, %v", uid, err)
+	}
+}
+
+func TestPodsyncErrorsBecomeAPIErrors(t *testing.T) {
+	down := podsyncClient{c: &fakePodsync{err: grpcstatus.Error(codes.Unavailable, "connection refused")}}
+	if _, err := down.Pods(context.Background()); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("Pods with podsync down: %v, want ServiceUnavailable", err)
+	}
+	if _, err := down.RuntimeHealth(context.Background()); err == nil || err.Error() != "unitlet-podsync unreachable: connection refused" {
+		t.Errorf("RuntimeHealth with podsync down: %v, want it named", err)
+	}
+	for code, is := range map[codes.Code]func(error) bool{codes.NotFound: apierrors.IsNotFound, codes.FailedPrecondition: apierrors.IsBadRequest, codes.Internal: apierrors.IsServiceUnavailable} {
+		p := podsyncClient{c: &fakePodsync{streamErr: grpcstatus.Error(code, "x")}}
+		if _, err := p.StreamingURL(context.Background(), &podsyncv1.GetStreamingURLRequest{PodUid: "u1"}); !is(err) {
+			t.Errorf("StreamingURL with %s: %v", code, err)
+		}
+	}
+}
+
+func TestConfigz(t *testing.T) {
+	var out map[string]map[string]any
+	if err := json.Unmarshal(configz([]byte(`{"kind":"KubeletConfiguration","port":10250}`)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out["kubeletconfig"]["port"] != float64(10250) {
+		t.Errorf("configz = %v, want the config under kubeletconfig", out)
+	}
+}
+
+type fixedNode struct{}
+
+func (fixedNode) Status() *statusv1.NodeStatus {
+	return &statusv1.NodeStatus{Registered: true, Conditions: []*statusv1.Condition{{Type: "Ready", Status: "True"}}}
+}
+
+type fixedWrites struct{}
+
+func (fixedWrites) Stats() (uint64, int) { return 7, 2 }
+
+func TestGetNodeStatus(t *testing.T) {
+	standalone := &Server{nodeName: "n", nodeAPI: "[::]:10250"}
+	resp, err := standalone.GetNodeStatus(context.Background(), nil)
+	if err != nil || !resp.Status.Standalone || resp.Status.NodeApiAddress != "[::]:10250" || resp.Status.NodeName != "n" {
+		t.Errorf("standalone: %v %v", resp, err)
+	}
+	s := &Server{nodeName: "n", nodeAPI: "[::]:10250", node: fixedNode{}, pods: fixedWrites{}}
+	resp, err = s.GetNodeStatus(context.Background(), nil)
+	st := resp.GetStatus()
+	if err != nil || st.Standalone || !st.Registered || st.PodStatusWrites != 7 || st.PodStatusPending != 2 || st.NodeName != "n" || len(st.Conditions) != 1 {
+		t.Errorf("registered: %v %v", st, err)
+	}
+}
