@@ -42,7 +42,6 @@ func TestRegisterCreatesTheNodeWithItsStatus(t *testing.T) {
 		"osImage":                 {info.OSImage, "Debian GNU/Linux 12 (bookworm)"},
 		"containerRuntimeVersion": {info.ContainerRuntimeVersion, "containerd://1.7.24"},
 		"operatingSystem":         {info.OperatingSystem, "linux"},
-		"kubeProxyVersion":        {info.KubeProxyVersion, ""},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("nodeInfo.%s = %q, want %q", name, got[0], got[1])

@@ -140,7 +140,6 @@ func (c *Controller) apply(original *corev1.Node, o *observation) (*corev1.Node,
 		info.ContainerRuntimeVersion = o.health.runtimeName + "://" + version
 	}
 	info.KubeletVersion = KubeletVersion()
-	info.KubeProxyVersion = ""
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.port
 	node.Status.Images = o.images
 
