@@ -1,0 +1,324 @@
+package emptydir
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test mounts a tmpfs and must run as root (CAP_SYS_ADMIN); running as euid %d", os.Geteuid())
+	}
+}
+
+// mountsAt lists the mounts at dir, bottom first.
+func mountsAt(t *testing.T, dir string) []*mountinfo.Info {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(real))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mounts
+}
+
+// unmountAll undoes mounts a failed test left behind, so the temporary directory can go.
+func unmountAll(t *testing.T, root string) {
+	t.Cleanup(func() {
+		real, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return
+		}
+		mounts, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(real))
+		for i := len(mounts) - 1; i >= 0; i-- {
+			unix.Unmount(mounts[i].Mountpoint, unix.MNT_DETACH)
+		}
+	})
+}
+
+func withUmask(t *testing.T, mask int) {
+	old := unix.Umask(mask)
+	t.Cleanup(func() { unix.Umask(old) })
+}
+
+func TestSetupDiskMakesWorldWritableDir(t *testing.T) {
+	withUmask(t, 0o022)
+	root := t.TempDir()
+	parent := filepath.Join(root, "pods", "uid", "volumes", "kubernetes.io~empty-dir")
+	dir := filepath.Join(parent, "cache")
+
+	for range 2 { // idempotent
+		if err := Setup(dir, corev1.StorageMediumDefault, nil); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.IsDir() || info.Mode().Perm() != 0o777 {
+			t.Fatalf("%s: %v, want a directory of mode 0777 despite umask 022", dir, info.Mode())
+		}
+	}
+	info, err := os.Stat(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm()&0o007 != 0 {
+		t.Errorf("parent %s has mode %v: others may enter it", parent, info.Mode().Perm())
+	}
+	if got := mountsAt(t, dir); len(got) != 0 {
+		t.Errorf("disk emptyDir has %d mounts at it", len(got))
+	}
+}
+
+func TestSetupDiskRepairsMode(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "v")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Setup(dir, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o777 {
+		t.Errorf("mode %v, want 0777", info.Mode().Perm())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
+		t.Errorf("existing content lost: %v", err)
+	}
+}
+
+func TestSetupRefusesFileAndUnknownMedium(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Setup(file, corev1.StorageMediumDefault, nil); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("Setup on a file = %v, want a not-a-directory error", err)
+	}
+	dir := filepath.Join(t.TempDir(), "v")
+	if err := Setup(dir, corev1.StorageMediumHugePages, nil); err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Errorf("Setup with HugePages = %v, want not supported", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("unsupported medium left %s behind: %v", dir, err)
+	}
+}
+
+func TestTearDownDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "v")
+	if err := Setup(dir, corev1.StorageMediumDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := TearDown(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s still there: %v", dir, err)
+	}
+	if err := TearDown(dir); err != nil {
+		t.Errorf("second TearDown = %v, want nil", err)
+	}
+}
+
+func TestMemoryEnforcesSizeLimit(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	unmountAll(t, root)
+	dir := filepath.Join(root, "pods", "uid", "volumes", "kubernetes.io~empty-dir", "mem")
+	limit := resource.MustParse("1Mi")
+
+	for range 2 { // idempotent: the second call mounts nothing more
+		if err := Setup(dir, corev1.StorageMediumMemory, &limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounts := mountsAt(t, dir)
+	if len(mounts) != 1 || mounts[0].FSType != "tmpfs" {
+		t.Fatalf("mounts at %s: %+v, want exactly one tmpfs", dir, mounts)
+	}
+	if !strings.Contains(mounts[0].VFSOptions, "size=1024k") {
+		t.Errorf("tmpfs options %q, want size=1024k", mounts[0].VFSOptions)
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o777 || info.Mode()&fs.ModeSticky != 0 {
+		t.Errorf("tmpfs root mode %v, want 0777 (tmpfs's default would be 1777)", info.Mode())
+	}
+
+	err = os.WriteFile(filepath.Join(dir, "big"), bytes.Repeat([]byte{'x'}, 2<<20), 0o644)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("writing 2 MiB into a 1 MiB tmpfs: %v, want ENOSPC", err)
+	}
+
+	if err := TearDown(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s still there after TearDown: %v", dir, err)
+	}
+	real, _ := filepath.EvalSymlinks(root)
+	if left, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(real)); len(left) != 0 {
+		t.Fatalf("mounts left after TearDown: %+v", left[0])
+	}
+}
+
+func TestMemoryWithoutLimitUsesNodeMemory(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	unmountAll(t, root)
+	dir := filepath.Join(root, "mem")
+	if err := Setup(dir, corev1.StorageMediumMemory, nil); err != nil {
+		t.Fatal(err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(sfs.Blocks) * int64(sfs.Bsize)
+	total := int64(si.Totalram) * int64(si.Unit)
+	if size < total-int64(sfs.Bsize) || size > total {
+		t.Errorf("tmpfs size %d, want the node's memory %d (not tmpfs's default half)", size, total)
+	}
+	if err := TearDown(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTearDownRefusesMountsBelow(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	unmountAll(t, root)
+	dir := filepath.Join(root, "v")
+	if err := Setup(dir, corev1.StorageMediumDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	precious := t.TempDir()
+	if err := os.WriteFile(filepath.Join(precious, "data"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(precious, sub, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	err := TearDown(dir)
+	if err == nil || !strings.Contains(err.Error(), "still mounted below") {
+		t.Fatalf("TearDown with a bind mount below = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(precious, "data")); err != nil {
+		t.Fatalf("TearDown deleted through a mount: %v", err)
+	}
+
+	if err := unix.Unmount(sub, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := TearDown(dir); err != nil {
+		t.Fatalf("TearDown after the mount went: %v", err)
+	}
+}
+
+func TestTearDownRefusesOtherFileSystemAtDir(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	unmountAll(t, root)
+	dir := filepath.Join(root, "v")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	precious := t.TempDir()
+	if err := os.WriteFile(filepath.Join(precious, "data"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(precious, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := TearDown(dir); err == nil || !strings.Contains(err.Error(), "not an emptyDir's tmpfs") {
+		t.Fatalf("TearDown of a bind mount = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(precious, "data")); err != nil {
+		t.Fatalf("TearDown deleted through a mount: %v", err)
+	}
+}
+
+func TestMemorySize(t *testing.T) {
+	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+	container := func(limit string) corev1.Container {
+		c := corev1.Container{Name: "c"}
+		if limit != "" {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(limit)}
+		}
+		return c
+	}
+	pod := func(cs ...corev1.Container) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{Containers: cs}} }
+
+	tests := []struct {
+		name        string
+		allocatable *resource.Quantity
+		pod         *corev1.Pod
+		sizeLimit   *resource.Quantity
+		want        string // "" for nil
+	}{
+		{"node allocatable alone", q("8Gi"), pod(container("")), nil, "8Gi"},
+		{"sizeLimit below allocatable", q("8Gi"), pod(container("")), q("1Mi"), "1Mi"},
+		{"sizeLimit above allocatable", q("8Gi"), pod(container("")), q("16Gi"), "8Gi"},
+		{"pod limit below both", q("8Gi"), pod(container("64Mi"), container("64Mi")), q("1Gi"), "128Mi"},
+		{"sizeLimit below pod limit", q("8Gi"), pod(container("512Mi")), q("1Mi"), "1Mi"},
+		{"a container without limit leaves the pod unbounded", q("8Gi"), pod(container("64Mi"), container("")), nil, "8Gi"},
+		{"pod-level limit", q("8Gi"), &corev1.Pod{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{container("")},
+			Resources:  &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+		}}, nil, "256Mi"},
+		{"zero sizeLimit ignored", q("8Gi"), nil, q("0"), "8Gi"},
+		{"nothing known", nil, nil, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := MemorySize(tt.allocatable, tt.pod, tt.sizeLimit)
+			switch {
+			case tt.want == "" && got != nil:
+				t.Fatalf("MemorySize = %v, want nil", got)
+			case tt.want == "":
+			case got == nil:
+				t.Fatalf("MemorySize = nil, want %s", tt.want)
+			case got.Cmp(resource.MustParse(tt.want)) != 0:
+				t.Fatalf("MemorySize = %v, want %s", got, tt.want)
+			}
+		})
+	}
+}
