@@ -59,7 +59,8 @@ type FileProjection struct {
 	FsGroup *int64
 }
 
-// Writer writes payloads into one volume directory.
+// Writer writes payloads into one volume directory. Calls to Write for one directory
+// must not overlap: the caller serializes them (one sync of a volume at a time).
 type Writer struct {
 	targetDir  string
 	logContext string
