@@ -10,6 +10,7 @@ require (
 	github.com/unitlet/unitlet/services/config v0.0.0
 	github.com/unitlet/unitlet/services/podsync v0.0.0
 	github.com/unitlet/unitlet/services/status v0.0.0
+	github.com/unitlet/unitlet/services/volumes v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	google.golang.org/grpc v1.79.3
 	google.golang.org/protobuf v1.36.12
@@ -83,5 +84,6 @@ replace (
 	github.com/unitlet/unitlet/services/config => ./services/config
 	github.com/unitlet/unitlet/services/podsync => ./services/podsync
 	github.com/unitlet/unitlet/services/status => ./services/status
+	github.com/unitlet/unitlet/services/volumes => ./services/volumes
 	github.com/unitlet/unitlet/shared => ./shared
 )

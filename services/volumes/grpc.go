@@ -1,0 +1,81 @@
+package volumes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+)
+
+// Server is the bus API of unitlet-volumes.
+type Server struct {
+	volumesv1.UnimplementedVolumesServiceServer
+	m       *Manager
+	metrics *metrics
+}
+
+// NewServer serves m over the bus.
+func NewServer(m *Manager, mt *metrics) *Server { return &Server{m: m, metrics: mt} }
+
+// PrepareVolumes makes a pod's volumes ready and returns its containers' mounts.
+func (s *Server) PrepareVolumes(ctx context.Context, req *volumesv1.PrepareVolumesRequest) (*volumesv1.PrepareVolumesResponse, error) {
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(req.GetPod(), pod); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pod: %v", err)
+	}
+	if pod.UID == "" {
+		return nil, status.Error(codes.InvalidArgument, "pod: metadata.uid is required")
+	}
+	start := time.Now()
+	mounts, err := s.m.Prepare(ctx, pod)
+	s.metrics.prepareDuration.Observe(time.Since(start).Seconds())
+	var pe *ErrPrepare
+	switch {
+	case errors.As(err, &pe):
+		s.metrics.prepares.WithLabelValues("failed").Inc()
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		s.metrics.prepares.WithLabelValues("error").Inc()
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.metrics.prepares.WithLabelValues("ok").Inc()
+	return &volumesv1.PrepareVolumesResponse{Containers: mounts}, nil
+}
+
+// ReleaseVolumes tears down a terminated pod's volumes.
+func (s *Server) ReleaseVolumes(ctx context.Context, req *volumesv1.ReleaseVolumesRequest) (*volumesv1.ReleaseVolumesResponse, error) {
+	if req.GetPodUid() == "" {
+		return nil, status.Error(codes.InvalidArgument, "pod_uid: required")
+	}
+	if err := s.m.Release(ctx, types.UID(req.GetPodUid())); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &volumesv1.ReleaseVolumesResponse{}, nil
+}
+
+// ListVolumes returns the prepared volumes with their usage.
+func (s *Server) ListVolumes(context.Context, *volumesv1.ListVolumesRequest) (*volumesv1.ListVolumesResponse, error) {
+	return &volumesv1.ListVolumesResponse{Volumes: s.m.List()}, nil
+}
+
+func toProto(uid types.UID, pod *corev1.Pod, v *volume) *volumesv1.Volume {
+	out := &volumesv1.Volume{
+		PodUid: string(uid), Namespace: pod.Namespace, PodName: pod.Name, Name: v.name, Plugin: v.plugin,
+		UsedBytes: v.used, InodesUsed: v.inodes,
+	}
+	if v.plugin != pluginHostPath {
+		out.Path = v.path
+	}
+	if !v.measured.IsZero() {
+		out.MeasureTime = timestamppb.New(v.measured)
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/utils/clock"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/services/volumes/token"
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/cri"
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
+	"github.com/unitlet/unitlet/shared/peercred"
+	"github.com/unitlet/unitlet/shared/version"
+)
+
+// ServiceName is unitlet-volumes's name on the bus.
+const ServiceName = "volumes"
+
+// measureEvery is how often volume usage is measured.
+const measureEvery = 30 * time.Second
+
+// Main runs unitlet-volumes and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "unitlet-volumes: %v\n", err)
+		return code
+	}
+	fs := pflag.NewFlagSet("unitlet-volumes", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: unitlet-volumes [--version]\n\nunitlet-volumes prepares pods' volumes for unitlet-podsync and keeps their files\ncurrent. It reads the node's configuration from unitlet-config over the bus; process\nsettings come from UNITLET_* variables (see the README).\n")
+			return daemon.ExitOK
+		}
+		return fail(daemon.ExitBadConfig, err)
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("unitlet-volumes"))
+		return daemon.ExitOK
+	}
+	settings, log, err := daemon.Load(stderr, ServiceName)
+	if err != nil {
+		return fail(daemon.ExitBadConfig, err)
+	}
+	if err := run(ctx, settings, log); err != nil {
+		log.Error("unitlet-volumes failed", "err", err)
+		return daemon.ExitCode(err)
+	}
+	return daemon.ExitOK
+}
+
+func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
+	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
+	if err != nil {
+		return err
+	}
+	kc := cfg.KubeletConfiguration
+	clk := clock.RealClock{}
+	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-volumes", kc)
+	if errors.Is(err, kube.ErrStandalone) {
+		log.Info("running standalone: configMap, secret and token volumes cannot be served", "reason", err)
+		client = nil
+	} else if err != nil {
+		return daemon.ConfigError(err)
+	}
+	machine, err := nodeinfo.ReadMachine(cfg.Paths.GetRootDir())
+	if err != nil {
+		return fmt.Errorf("read the machine's resources: %w", err)
+	}
+	node, err := nodeinfo.Node(kc, cfg.Identity(), machine)
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
+	if err != nil {
+		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
+	}
+	defer rt.Close()
+	podsyncConn, err := bus.Dial(settings.SocketDir, "podsync")
+	if err != nil {
+		return err
+	}
+	defer podsyncConn.Close()
+
+	var tokens *token.Manager
+	if client != nil {
+		tokens = token.NewManager(client, clk, token.WithLogger(log.With("component", "tokens")))
+	}
+	payloads := &apiPayloads{client: client, tokens: tokens, allocatable: node.Status.Allocatable}
+	m := NewManager(filepath.Join(cfg.Paths.GetRootDir(), "pods"), payloads, clk, log.With("component", "volumes"))
+	m.memory = node.Status.Allocatable.Memory()
+	if tokens != nil {
+		m.released = tokens.Forget
+	}
+
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	volumesv1.RegisterVolumesServiceServer(d.Server(), NewServer(m, newMetrics(d.Registry(), m)))
+	for _, method := range []string{"PrepareVolumes", "ReleaseVolumes"} {
+		d.Authorizer().Allow("/"+volumesv1.VolumesService_ServiceDesc.ServiceName+"/"+method, peercred.Root())
+	}
+
+	rec := &reconciler{m: m, pods: podsyncv1.NewPodSyncServiceClient(podsyncConn), sandboxes: rt, log: log.With("component", "reconcile")}
+	// Reconcile: volumes of podsync's pods kept current (configMaps, secrets, labels,
+	// tokens), rebuilt after a restart; volumes of pods podsync and the runtime no longer
+	// have released.
+	period := kc.SyncFrequency.Duration
+	if period <= 0 {
+		period = time.Minute
+	}
+	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, period) })
+	// Usage: every volume's bytes and inodes.
+	d.Go("usage", func(ctx context.Context) error {
+		for {
+			m.Measure()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(measureEvery):
+			}
+		}
+	})
+	return d.Run(ctx)
+}
+

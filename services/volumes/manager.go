@@ -1,0 +1,431 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
+	"github.com/unitlet/unitlet/services/volumes/emptydir"
+	"github.com/unitlet/unitlet/services/volumes/hostpath"
+	"github.com/unitlet/unitlet/services/volumes/subpath"
+	"github.com/unitlet/unitlet/services/volumes/usage"
+)
+
+// The kubelet's plugin names; a volume lives in <pods>/<uid>/volumes/<escaped name>/<volume>,
+// the name escaped with "~" for "/" (kubernetes.io~configmap).
+const (
+	pluginEmptyDir    = "kubernetes.io/empty-dir"
+	pluginHostPath    = "kubernetes.io/host-path"
+	pluginConfigMap   = "kubernetes.io/configmap"
+	pluginSecret      = "kubernetes.io/secret"
+	pluginDownwardAPI = "kubernetes.io/downward-api"
+	pluginProjected   = "kubernetes.io/projected"
+)
+
+// ErrPrepare is a volume that cannot be made ready now: a missing object, a failed type
+// check, a subPath escaping its volume. The pod waits; the message names the volume.
+type ErrPrepare struct {
+	Volume string
+	Err    error
+}
+
+func (e *ErrPrepare) Error() string {
+	prefix := fmt.Sprintf("volume %q", e.Volume)
+	if msg := e.Err.Error(); strings.HasPrefix(msg, prefix) {
+		return msg
+	}
+	return fmt.Sprintf("%s: %v", prefix, e.Err)
+}
+func (e *ErrPrepare) Unwrap() error { return e.Err }
+
+// Payloads builds the files of the volume kinds whose content comes from API objects and
+// the pod (configMap, secret, downwardAPI, projected).
+type Payloads interface {
+	Payload(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (map[string]atomicwriter.FileProjection, error)
+}
+
+// Manager prepares, keeps current and releases pods' volumes.
+type Manager struct {
+	podsDir  string
+	payloads Payloads
+	// memory is the node's allocatable memory: the size of a memory emptyDir that sets no
+	// smaller bound.
+	memory   *resource.Quantity
+	clk      clock.Clock
+	log      *slog.Logger
+	// released, when set, is told of each pod whose volumes were released (its tokens are
+	// forgotten).
+	released func(types.UID)
+
+	mu   sync.Mutex
+	pods map[types.UID]*podVolumes
+}
+
+// podVolumes is one pod's volumes; its fields are guarded by Manager.mu.
+type podVolumes struct {
+	pod *corev1.Pod
+	// prepared is when the last prepare began.
+	prepared time.Time
+	volumes map[string]*volume
+	// op orders the pod's prepares, resyncs and release; never taken while holding
+	// Manager.mu.
+	op sync.Mutex
+}
+
+type volume struct {
+	name, plugin, path string
+	memory             bool
+	used, inodes       int64
+	measured           time.Time
+}
+
+// NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
+func NewManager(podsDir string, p Payloads, clk clock.Clock, log *slog.Logger) *Manager {
+	return &Manager{podsDir: podsDir, payloads: p, clk: clk, log: log, pods: map[types.UID]*podVolumes{}}
+}
+
+func escapePlugin(plugin string) string { return strings.ReplaceAll(plugin, "/", "~") }
+
+func (m *Manager) volumeDir(uid types.UID, plugin, name string) string {
+	return filepath.Join(m.podsDir, string(uid), "volumes", escapePlugin(plugin), name)
+}
+
+func (m *Manager) podEntry(pod *corev1.Pod) *podVolumes {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pv := m.pods[pod.UID]
+	if pv == nil {
+		pv = &podVolumes{volumes: map[string]*volume{}}
+		m.pods[pod.UID] = pv
+	}
+	return pv
+}
+
+// Prepare makes every volume of pod ready and returns its containers' mounts. It is safe to
+// call again: content is rewritten only when it changed.
+func (m *Manager) Prepare(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.ContainerMounts, error) {
+	if err := validName("pod uid", string(pod.UID)); err != nil {
+		return nil, err
+	}
+	for _, v := range pod.Spec.Volumes {
+		if err := validName("volume name", v.Name); err != nil {
+			return nil, err
+		}
+	}
+	pv := m.podEntry(pod)
+	pv.op.Lock()
+	defer pv.op.Unlock()
+	m.mu.Lock()
+	pv.prepared = m.clk.Now()
+	m.mu.Unlock()
+	vols := map[string]*volume{}
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		vol, err := m.setUp(ctx, pod, v)
+		if err != nil {
+			return nil, &ErrPrepare{Volume: v.Name, Err: err}
+		}
+		vols[v.Name] = vol
+	}
+	m.mu.Lock()
+	pv.pod = pod
+	for name, v := range vols {
+		if old := pv.volumes[name]; old != nil {
+			v.used, v.inodes, v.measured = old.used, old.inodes, old.measured
+		}
+		pv.volumes[name] = v
+	}
+	m.mu.Unlock()
+	return m.mounts(pod, vols)
+}
+
+// setUp makes one volume ready.
+func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+	switch {
+	case v.HostPath != nil:
+		if err := hostpath.Check(v.HostPath.Path, v.HostPath.Type); err != nil {
+			return nil, err
+		}
+		return &volume{name: v.Name, plugin: pluginHostPath, path: v.HostPath.Path}, nil
+	case v.EmptyDir != nil:
+		dir := m.volumeDir(pod.UID, pluginEmptyDir, v.Name)
+		size := v.EmptyDir.SizeLimit
+		if v.EmptyDir.Medium == corev1.StorageMediumMemory {
+			size = emptydir.MemorySize(m.memory, pod, v.EmptyDir.SizeLimit)
+		}
+		if err := emptydir.Setup(dir, v.EmptyDir.Medium, size); err != nil {
+			return nil, err
+		}
+		return &volume{name: v.Name, plugin: pluginEmptyDir, path: dir, memory: v.EmptyDir.Medium == corev1.StorageMediumMemory}, nil
+	}
+	plugin := ""
+	// Secrets and projected volumes (service-account tokens) live in memory, never on disk,
+	// as the kubelet keeps them.
+	memory := false
+	switch {
+	case v.ConfigMap != nil:
+		plugin = pluginConfigMap
+	case v.Secret != nil:
+		plugin, memory = pluginSecret, true
+	case v.DownwardAPI != nil:
+		plugin = pluginDownwardAPI
+	case v.Projected != nil:
+		plugin, memory = pluginProjected, true
+	default:
+		return nil, fmt.Errorf("unsupported volume type: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes")
+	}
+	payload, err := m.payloads.Payload(ctx, pod, v)
+	if err != nil {
+		return nil, err
+	}
+	dir := m.volumeDir(pod.UID, plugin, v.Name)
+	medium := corev1.StorageMediumDefault
+	if memory {
+		medium = corev1.StorageMediumMemory
+	}
+	// Small: these hold a few files; 64 MiB bounds a runaway object.
+	if err := emptydir.Setup(dir, medium, resource.NewQuantity(64<<20, resource.BinarySI)); err != nil {
+		return nil, err
+	}
+	// Not world-writable: only the writer changes the files.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	w, err := atomicwriter.New(dir, pod.Namespace+"/"+pod.Name+"/"+v.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Write(payload, nil); err != nil {
+		return nil, err
+	}
+	return &volume{name: v.Name, plugin: plugin, path: dir, memory: memory}, nil
+}
+
+// mounts resolves each container's volumeMounts to host paths.
+func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume) ([]*volumesv1.ContainerMounts, error) {
+	var out []*volumesv1.ContainerMounts
+	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range containers {
+		cm := &volumesv1.ContainerMounts{Container: c.Name}
+		for _, vm := range c.VolumeMounts {
+			vol := vols[vm.Name]
+			if vol == nil {
+				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s mounts it, but the pod has no such volume", c.Name)}
+			}
+			host := vol.path
+			if vm.SubPathExpr != "" {
+				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: subPathExpr is not supported yet; use subPath", c.Name)}
+			}
+			if vm.SubPath != "" {
+				resolved, err := subpath.Resolve(vol.path, vm.SubPath)
+				if err != nil {
+					return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: %w", c.Name, err)}
+				}
+				host = resolved
+			}
+			readOnly := vm.ReadOnly
+			switch vol.plugin {
+			case pluginConfigMap, pluginSecret, pluginDownwardAPI, pluginProjected:
+				// The kubelet mounts these read-only: only the writer updates them.
+				readOnly = true
+			}
+			cm.Mounts = append(cm.Mounts, &volumesv1.Mount{
+				Volume: vm.Name, HostPath: host, ContainerPath: vm.MountPath, ReadOnly: readOnly, Propagation: propagation(vm.MountPropagation),
+			})
+		}
+		if len(cm.Mounts) > 0 {
+			out = append(out, cm)
+		}
+	}
+	return out, nil
+}
+
+func propagation(p *corev1.MountPropagationMode) volumesv1.MountPropagation {
+	if p == nil {
+		return volumesv1.MountPropagation_MOUNT_PROPAGATION_PRIVATE
+	}
+	switch *p {
+	case corev1.MountPropagationHostToContainer:
+		return volumesv1.MountPropagation_MOUNT_PROPAGATION_HOST_TO_CONTAINER
+	case corev1.MountPropagationBidirectional:
+		return volumesv1.MountPropagation_MOUNT_PROPAGATION_BIDIRECTIONAL
+	}
+	return volumesv1.MountPropagation_MOUNT_PROPAGATION_PRIVATE
+}
+
+// Release tears down a pod's volumes: tmpfs unmounted, directories removed. Host paths are
+// never touched.
+func (m *Manager) Release(ctx context.Context, uid types.UID) error {
+	if err := validName("pod uid", string(uid)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	pv := m.pods[uid]
+	m.mu.Unlock()
+	if pv != nil {
+		pv.op.Lock()
+		defer pv.op.Unlock()
+	}
+	if err := m.tearDownDir(uid); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	if m.released != nil {
+		m.released(uid)
+	}
+	return nil
+}
+
+// tearDownDir removes <pods>/<uid>/volumes, unmounting what is mounted there first.
+func (m *Manager) tearDownDir(uid types.UID) error {
+	base := filepath.Join(m.podsDir, string(uid), "volumes")
+	plugins, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release volumes of pod %s: %w", uid, err)
+	}
+	for _, p := range plugins {
+		names, err := os.ReadDir(filepath.Join(base, p.Name()))
+		if err != nil {
+			return fmt.Errorf("release volumes of pod %s: %w", uid, err)
+		}
+		for _, n := range names {
+			if err := emptydir.TearDown(filepath.Join(base, p.Name(), n.Name())); err != nil {
+				return fmt.Errorf("release volume %s of pod %s: %w", n.Name(), uid, err)
+			}
+		}
+		if err := os.Remove(filepath.Join(base, p.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Remove(base)
+}
+
+// Prepared reports whether the pod's volumes were prepared by this process.
+func (m *Manager) Prepared(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pv := m.pods[uid]
+	return pv != nil && pv.pod != nil
+}
+
+// OnDisk lists the pod UIDs that have volume directories: after a restart, the pods whose
+// volumes exist though no prepare has been seen yet.
+func (m *Manager) OnDisk() ([]types.UID, error) {
+	entries, err := os.ReadDir(m.podsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []types.UID
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(m.podsDir, e.Name(), "volumes")); err == nil {
+			out = append(out, types.UID(e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// CleanupOrphans releases the volumes on disk of pods that podsync confirms it does not
+// have (known is its complete list, taken at since). Volumes of any pod podsync knows are
+// never touched, nor those of a pod prepared after since (podsync may have admitted it
+// after its list was taken).
+func (m *Manager) CleanupOrphans(ctx context.Context, known map[types.UID]bool, since time.Time) []types.UID {
+	uids, err := m.OnDisk()
+	if err != nil {
+		m.log.Warn("list volumes on disk", "err", err)
+		return nil
+	}
+	var released []types.UID
+	for _, uid := range uids {
+		if known[uid] {
+			continue
+		}
+		m.mu.Lock()
+		pv := m.pods[uid]
+		recent := pv != nil && !pv.prepared.Before(since)
+		m.mu.Unlock()
+		if recent {
+			continue
+		}
+		if err := m.Release(ctx, uid); err != nil {
+			m.log.Warn("release orphaned volumes", "pod", uid, "err", err)
+			continue
+		}
+		released = append(released, uid)
+	}
+	return released
+}
+
+// Measure refreshes every prepared volume's usage.
+func (m *Manager) Measure() {
+	m.mu.Lock()
+	var vols []*volume
+	for _, pv := range m.pods {
+		for _, v := range pv.volumes {
+			if v.plugin != pluginHostPath {
+				vols = append(vols, v)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, v := range vols {
+		b, n, err := usage.Measure(v.path)
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		v.used, v.inodes, v.measured = b, n, m.clk.Now()
+		m.mu.Unlock()
+	}
+}
+
+// List returns the prepared volumes with their last measured usage.
+func (m *Manager) List() []*volumesv1.Volume {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*volumesv1.Volume
+	for uid, pv := range m.pods {
+		if pv.pod == nil {
+			continue
+		}
+		for _, v := range pv.volumes {
+			out = append(out, toProto(uid, pv.pod, v))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].PodUid != out[j].PodUid {
+			return out[i].PodUid < out[j].PodUid
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// validName refuses names that would leave the pod's directory when joined to a path.
+func validName(what, name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return fmt.Errorf("%s %q: must be a non-empty name without slashes", what, name)
+	}
+	return nil
+}

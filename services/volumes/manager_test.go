@@ -1,0 +1,240 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
+	"github.com/unitlet/unitlet/services/volumes/subpath"
+)
+
+// fakePayloads gives every API-backed volume one file, or an error.
+type fakePayloads struct {
+	content string
+	err     error
+}
+
+func (f *fakePayloads) Payload(_ context.Context, _ *corev1.Pod, v *corev1.Volume) (map[string]atomicwriter.FileProjection, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return map[string]atomicwriter.FileProjection{"key": {Data: []byte(f.content + ":" + v.Name), Mode: 0o644}}, nil
+}
+
+func newTestManager(t *testing.T, p Payloads) (*Manager, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	return NewManager(filepath.Join(t.TempDir(), "pods"), p, clk, slog.New(slog.NewTextHandler(io.Discard, nil))), clk
+}
+
+func testPod(uid string, vols []corev1.Volume, mounts []corev1.VolumeMount) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metaFor(uid),
+		Spec: corev1.PodSpec{
+			Volumes:    vols,
+			Containers: []corev1.Container{{Name: "main", VolumeMounts: mounts}, {Name: "plain"}},
+		},
+	}
+}
+
+func mountsOf(t *testing.T, cms []*volumesv1.ContainerMounts, container string) map[string]*volumesv1.Mount {
+	t.Helper()
+	out := map[string]*volumesv1.Mount{}
+	for _, cm := range cms {
+		if cm.Container == container {
+			for _, m := range cm.Mounts {
+				out[m.ContainerPath] = m
+			}
+		}
+	}
+	return out
+}
+
+func TestPrepareEmptyDirHostPathAndConfigMap(t *testing.T) {
+	m, _ := newTestManager(t, &fakePayloads{content: "v1"})
+	host := t.TempDir()
+	pod := testPod("uid-1", []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}},
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}}},
+	}, []corev1.VolumeMount{
+		{Name: "scratch", MountPath: "/scratch"},
+		{Name: "host", MountPath: "/host", ReadOnly: true},
+		{Name: "config", MountPath: "/config"},
+		{Name: "config", MountPath: "/config-key", SubPath: "key"},
+	})
+	cms, err := m.Prepare(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cms) != 1 {
+		t.Fatalf("mounts for %d containers, want only main's: %v", len(cms), cms)
+	}
+	got := mountsOf(t, cms, "main")
+	scratch := filepath.Join(m.podsDir, "uid-1", "volumes", "kubernetes.io~empty-dir", "scratch")
+	if g := got["/scratch"]; g == nil || g.HostPath != scratch || g.ReadOnly {
+		t.Errorf("/scratch = %v, want %s read-write", g, scratch)
+	}
+	if st, err := os.Stat(scratch); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("emptyDir %s: %v %v, want a 0777 directory", scratch, st, err)
+	}
+	if g := got["/host"]; g == nil || g.HostPath != host || !g.ReadOnly {
+		t.Errorf("/host = %v, want %s read-only", g, host)
+	}
+	config := filepath.Join(m.podsDir, "uid-1", "volumes", "kubernetes.io~configmap", "config")
+	if g := got["/config"]; g == nil || g.HostPath != config || !g.ReadOnly {
+		t.Errorf("/config = %v, want %s, read-only as the kubelet mounts configMaps", g, config)
+	}
+	if b, err := os.ReadFile(filepath.Join(config, "key")); err != nil || string(b) != "v1:config" {
+		t.Errorf("configMap file: %q %v", b, err)
+	}
+	if g := got["/config-key"]; g == nil || !strings.HasPrefix(g.HostPath, config+"/..") || !strings.HasSuffix(g.HostPath, "/key") {
+		t.Errorf("/config-key = %v, want the key's real file inside the volume", g)
+	}
+	if vols := m.List(); len(vols) != 3 {
+		t.Errorf("List = %v, want 3 volumes", vols)
+	}
+}
+
+func TestPrepareFailuresNameTheVolume(t *testing.T) {
+	m, _ := newTestManager(t, &fakePayloads{err: errors.New(`configmap "cm" not found`)})
+	pod := testPod("uid-2", []corev1.Volume{
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+	}, nil)
+	_, err := m.Prepare(context.Background(), pod)
+	var pe *ErrPrepare
+	if !errors.As(err, &pe) || pe.Volume != "config" || !strings.Contains(err.Error(), `configmap "cm" not found`) {
+		t.Errorf("Prepare = %v, want an ErrPrepare naming volume config and the cause", err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "nope")
+	dirType := corev1.HostPathDirectory
+	pod = testPod("uid-3", []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: missing, Type: &dirType}}}}, nil)
+	if _, err := m.Prepare(context.Background(), pod); !errors.As(err, &pe) || pe.Volume != "h" {
+		t.Errorf("hostPath Directory that does not exist: %v, want an ErrPrepare for h", err)
+	}
+
+	pod = testPod("uid-4", []corev1.Volume{{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "x", Path: "/"}}}}, nil)
+	if _, err := m.Prepare(context.Background(), pod); !errors.As(err, &pe) || !strings.Contains(err.Error(), "unsupported volume type") {
+		t.Errorf("nfs: %v, want unsupported", err)
+	}
+}
+
+func TestSubPathEscapeIsRefused(t *testing.T) {
+	m, _ := newTestManager(t, &fakePayloads{content: "x"})
+	vols := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod := testPod("uid-5", vols, []corev1.VolumeMount{{Name: "scratch", MountPath: "/s", SubPath: "../../etc"}})
+	_, err := m.Prepare(context.Background(), pod)
+	var pe *ErrPrepare
+	if !errors.As(err, &pe) || pe.Volume != "scratch" || !strings.Contains(err.Error(), "../../etc") {
+		t.Errorf("subPath ../../etc: %v, want a refusal naming it", err)
+	}
+	// A symlink the container planted in the volume, pointing out of it.
+	dir := filepath.Join(m.podsDir, "uid-5", "volumes", "kubernetes.io~empty-dir", "scratch")
+	if err := os.Symlink("/etc", filepath.Join(dir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	pod = testPod("uid-5", vols, []corev1.VolumeMount{{Name: "scratch", MountPath: "/s", SubPath: "escape"}})
+	_, err = m.Prepare(context.Background(), pod)
+	var re *subpath.RefusedError
+	if !errors.As(err, &re) {
+		t.Errorf("subPath through a symlink out of the volume: %v, want refused", err)
+	}
+}
+
+func TestReleaseAndOrphans(t *testing.T) {
+	m, clk := newTestManager(t, &fakePayloads{content: "x"})
+	vols := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "keep"), []byte("k"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withHost := append(vols, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}})
+	for _, uid := range []string{"live", "gone", "done"} {
+		if _, err := m.Prepare(context.Background(), testPod(uid, withHost, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Release(context.Background(), "done"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(m.podsDir, "done", "volumes")); !os.IsNotExist(err) {
+		t.Errorf("released pod's volumes still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "keep")); err != nil {
+		t.Errorf("release touched the hostPath: %v", err)
+	}
+	// A restart: a new manager sees the volumes on disk only.
+	m2 := NewManager(m.podsDir, m.payloads, clk, m.log)
+	on, _ := m2.OnDisk()
+	if len(on) != 2 {
+		t.Errorf("OnDisk = %v, want live and gone", on)
+	}
+	clk.Step(time.Minute)
+	released := m2.CleanupOrphans(context.Background(), map[types.UID]bool{"live": true}, clk.Now())
+	if len(released) != 1 || released[0] != "gone" {
+		t.Errorf("CleanupOrphans released %v, want only gone", released)
+	}
+	if _, err := os.Stat(filepath.Join(m.podsDir, "live", "volumes", "kubernetes.io~empty-dir", "scratch")); err != nil {
+		t.Errorf("a live pod's volume was touched: %v", err)
+	}
+	// A pod prepared after podsync's list was taken is not an orphan.
+	since := clk.Now()
+	clk.Step(time.Second)
+	if _, err := m2.Prepare(context.Background(), testPod("new", vols, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if released := m2.CleanupOrphans(context.Background(), map[types.UID]bool{"live": true}, since); len(released) != 0 {
+		t.Errorf("CleanupOrphans released %v, want nothing (new was prepared after the list)", released)
+	}
+}
+
+func TestUpdatesReachTheFiles(t *testing.T) {
+	p := &fakePayloads{content: "v1"}
+	m, _ := newTestManager(t, p)
+	pod := testPod("uid-6", []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}, nil)
+	if _, err := m.Prepare(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	p.content = "v2"
+	if _, err := m.Prepare(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(m.podsDir, "uid-6", "volumes", "kubernetes.io~configmap", "config", "key")
+	if b, err := os.ReadFile(file); err != nil || string(b) != "v2:config" {
+		t.Errorf("after an update: %q %v, want v2", b, err)
+	}
+}
+
+func metaFor(uid string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: "pod-" + uid, Namespace: "default", UID: types.UID(uid)}
+}
+
+func TestNamesThatLeaveThePodDirectoryAreRefused(t *testing.T) {
+	m, _ := newTestManager(t, &fakePayloads{})
+	for _, uid := range []string{"", "..", "a/b"} {
+		if _, err := m.Prepare(context.Background(), testPod(uid, nil, nil)); err == nil {
+			t.Errorf("Prepare with uid %q: no error", uid)
+		}
+		if err := m.Release(context.Background(), types.UID(uid)); err == nil {
+			t.Errorf("Release with uid %q: no error", uid)
+		}
+	}
+	pod := testPod("ok", []corev1.Volume{{Name: "../x", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}, nil)
+	if _, err := m.Prepare(context.Background(), pod); err == nil {
+		t.Errorf("Prepare with volume name ../x: no error")
+	}
+}

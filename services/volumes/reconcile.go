@@ -1,0 +1,100 @@
+package volumes
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+)
+
+// PodLister is podsync's ListPods.
+type PodLister interface {
+	ListPods(ctx context.Context, req *podsyncv1.ListPodsRequest, opts ...grpc.CallOption) (*podsyncv1.ListPodsResponse, error)
+}
+
+// SandboxLister is the runtime's ListPodSandbox.
+type SandboxLister interface {
+	ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+}
+
+// reconciler keeps the volumes of podsync's pods current and releases orphans.
+type reconciler struct {
+	m         *Manager
+	pods      PodLister
+	sandboxes SandboxLister
+	log       *slog.Logger
+}
+
+// Run reconciles at start and every period.
+func (r *reconciler) Run(ctx context.Context, period time.Duration) error {
+	for {
+		r.once(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(period):
+		}
+	}
+}
+
+// once rewrites the API-backed volumes of every running pod podsync has (configMap, secret
+// and label changes, refreshed tokens), prepares again pods whose volumes exist on disk
+// but not in memory (after a restart), and releases volumes of pods that neither podsync
+// nor the runtime has. Nothing is released while podsync or the runtime cannot answer.
+func (r *reconciler) once(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	since := r.m.clk.Now()
+	resp, err := r.pods.ListPods(cctx, &podsyncv1.ListPodsRequest{})
+	if err != nil {
+		r.log.Debug("podsync does not answer; nothing reconciled", "err", grpcstatus.Convert(err).Message())
+		return
+	}
+	known := map[types.UID]bool{}
+	onDisk := map[types.UID]bool{}
+	uids, err := r.m.OnDisk()
+	if err != nil {
+		r.log.Warn("list volumes on disk", "err", err)
+		return
+	}
+	for _, uid := range uids {
+		onDisk[uid] = true
+	}
+	for _, bp := range resp.GetPods() {
+		uid := types.UID(bp.GetUid())
+		known[uid] = true
+		if bp.GetTerminated() || bp.GetRemoved() || len(bp.GetPod()) == 0 {
+			continue
+		}
+		if !onDisk[uid] && !r.m.Prepared(uid) {
+			continue // podsync has not asked for them yet
+		}
+		pod := &corev1.Pod{}
+		if err := json.Unmarshal(bp.GetPod(), pod); err != nil {
+			continue
+		}
+		pod.UID = uid
+		if _, err := r.m.Prepare(cctx, pod); err != nil {
+			r.log.Warn("update volumes", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
+	}
+	sbs, err := r.sandboxes.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		r.log.Debug("the runtime does not answer; no orphans released", "err", err)
+		return
+	}
+	for _, sb := range sbs.GetItems() {
+		known[types.UID(sb.GetMetadata().GetUid())] = true
+	}
+	for _, uid := range r.m.CleanupOrphans(cctx, known, since) {
+		r.log.Info("released the volumes of a pod that is gone", "pod", uid)
+	}
+}
