@@ -20,6 +20,16 @@ import (
 // maxExposure is the highest `systemd-analyze security` exposure a unitlet service may have.
 const maxExposure = 3.0
 
+// exposureCeilings raise maxExposure for a service whose job rules out settings, each with
+// the reason. unitlet-volumes mounts tmpfs that containerd must see on the host, so it may
+// have no mount namespace of its own, and every setting that makes one (ProtectSystem=,
+// ProtectHome=, PrivateTmp=, PrivateDevices=, PrivateMounts=, ProtectKernel*=,
+// ProtectControlGroups=, ProtectProc=) is out: about 2.0 of its exposure, as for the
+// kubelet.
+var exposureCeilings = map[string]float64{
+	"unitlet-volumes.service": 4.5,
+}
+
 // target is the unit that groups every unitlet service and socket.
 const target = "unitlet.target"
 
@@ -32,6 +42,7 @@ var capabilities = map[string]string{
 	"unitlet-config.service":  "",
 	"unitlet-podsync.service": "",
 	"unitlet-status.service":  "",
+	"unitlet-volumes.service": "CAP_SYS_ADMIN CAP_CHOWN CAP_FOWNER CAP_DAC_OVERRIDE",
 }
 
 // analyze returns the path of systemd-analyze. The unit tests are part of the suite on every
@@ -208,8 +219,12 @@ func TestUnitsSecurityExposure(t *testing.T) {
 			continue
 		}
 		t.Logf("EXPOSURE %s %.1f", name, level)
-		if level > maxExposure {
-			t.Errorf("%s: exposure %.1f is above %.1f; the settings that add to it:\n%s", name, level, maxExposure, exposedLines(report))
+		ceiling := maxExposure
+		if c, ok := exposureCeilings[name]; ok {
+			ceiling = c
+		}
+		if level > ceiling {
+			t.Errorf("%s: exposure %.1f is above %.1f; the settings that add to it:\n%s", name, level, ceiling, exposedLines(report))
 		}
 	}
 }
