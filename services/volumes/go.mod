@@ -12,7 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/pflag v1.0.10
 	github.com/unitlet/unitlet/proto v0.0.0
-	github.com/unitlet/unitlet/shared v0.0.0-00010101000000-000000000000
+	github.com/unitlet/unitlet/shared v0.0.0
 	golang.org/x/sys v0.40.0
 	google.golang.org/grpc v1.79.3
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af

@@ -134,4 +134,3 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	})
 	return d.Run(ctx)
 }
-

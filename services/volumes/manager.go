@@ -64,9 +64,9 @@ type Manager struct {
 	payloads Payloads
 	// memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
-	memory   *resource.Quantity
-	clk      clock.Clock
-	log      *slog.Logger
+	memory *resource.Quantity
+	clk    clock.Clock
+	log    *slog.Logger
 	// released, when set, is told of each pod whose volumes were released (its tokens are
 	// forgotten).
 	released func(types.UID)
@@ -80,7 +80,7 @@ type podVolumes struct {
 	pod *corev1.Pod
 	// prepared is when the last prepare began.
 	prepared time.Time
-	volumes map[string]*volume
+	volumes  map[string]*volume
 	// op orders the pod's prepares, resyncs and release; never taken while holding
 	// Manager.mu.
 	op sync.Mutex
