@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/imagegc"
 	"github.com/unitlet/unitlet/services/podsync/lifecycle"
@@ -26,6 +27,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
@@ -119,6 +121,13 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
 	defer probes.Stop()
 
+	volumesConn, err := bus.Dial(settings.SocketDir, "volumes")
+	if err != nil {
+		return err
+	}
+	defer volumesConn.Close()
+	volumes := &busVolumes{socket: daemon.SocketPath(settings.SocketDir, "volumes"), client: volumesv1.NewVolumesServiceClient(volumesConn)}
+
 	hostIPs := cfg.Node.GetIps()
 	events := newRecorder(client, nodeName, log)
 	var workers *podworker.Manager
@@ -144,6 +153,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		Log:         log.With("component", "podworker"),
 		Registry:    reg,
 		Resync:      kc.SyncFrequency.Duration,
+		Volumes:     volumes,
 		StateDir:    filepath.Join(rootDir, "podsync"),
 	})
 	svc.Attach(workers, relister)

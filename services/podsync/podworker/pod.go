@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type worker struct {
 	reported       []byte // the last reported state, to report only changes
 	startTime      time.Time
 	lastConditions []corev1.PodCondition
+	// mounts are the containers' volume mounts prepared for mountsFor.
+	mounts    map[string][]criconfig.Mount
+	mountsFor *corev1.Pod
 }
 
 type restartRequest struct{ containerID, reason, message string }

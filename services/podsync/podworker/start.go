@@ -76,7 +76,11 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if w.m.o.Allocatable != nil {
 		pe.Allocatable = w.m.o.Allocatable()
 	}
-	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, nil, pe, w.m.o.Objects, w.m.o.CRI)
+	mounts, err := w.volumeMounts(ctx, pod)
+	if err != nil {
+		return err
+	}
+	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, mounts[c.Name], pe, w.m.o.Objects, w.m.o.CRI)
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())

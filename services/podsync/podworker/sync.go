@@ -104,6 +104,15 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 			return res
 		}
 	}
+	if v := w.m.o.Volumes; v != nil {
+		// Containers stopped: the volumes go (tmpfs unmounted, files removed).
+		if err := v.Release(ctx, pod); err != nil {
+			w.m.o.Log.Warn("release the pod's volumes", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			res.status = w.status(pod, rp, st)
+			res.next = 5 * time.Second
+			return res
+		}
+	}
 	w.mu.Lock()
 	w.terminated = true
 	w.mu.Unlock()
@@ -121,6 +130,38 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 		res.forget = true
 	}
 	return res
+}
+
+// volumeRetry is how soon a pod whose volumes are not ready is synced again.
+const volumeRetry = 5 * time.Second
+
+// volumeMounts prepares the pod's volumes once per version of the pod (unitlet-volumes
+// keeps their content current) and returns each container's mounts. While they cannot be
+// prepared, the containers wait in ContainerCreating and a FailedMount event says why.
+func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {
+	v := w.m.o.Volumes
+	if v == nil || len(pod.Spec.Volumes) == 0 {
+		return nil, nil
+	}
+	w.mu.Lock()
+	if w.mountsFor == pod {
+		m := w.mounts
+		w.mu.Unlock()
+		return m, nil
+	}
+	w.mu.Unlock()
+	mounts, err := v.Prepare(ctx, pod)
+	if err != nil {
+		for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+			w.setWaiting(c.Name, "ContainerCreating", "")
+		}
+		w.event(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: "+err.Error())
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	w.mu.Lock()
+	w.mounts, w.mountsFor = mounts, pod
+	w.mu.Unlock()
+	return mounts, nil
 }
 
 // syncRunning brings the runtime in line with a pod that should run. It returns when the
@@ -141,6 +182,10 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		attempt := uint32(0)
 		if len(rp.GetSandboxes()) > 0 {
 			attempt = rp.Sandboxes[0].Attempt + 1
+		}
+		// Volumes first, as the kubelet mounts them before it makes the sandbox.
+		if _, err := w.volumeMounts(ctx, pod); err != nil {
+			return volumeRetry, err
 		}
 		var err error
 		if sb, err = w.runSandbox(ctx, pod, attempt); err != nil {

@@ -402,8 +402,14 @@ type harness struct {
 
 func newHarness(t *testing.T, cri *memCRI) *harness {
 	t.Helper()
+	return newHarnessWith(t, cri, nil)
+}
+
+func newHarnessWith(t *testing.T, cri *memCRI, vols Volumes) *harness {
+	t.Helper()
 	ev := &events{}
 	m := NewManager(Options{
+		Volumes: vols,
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
 		Events: ev,

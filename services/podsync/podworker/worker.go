@@ -104,6 +104,18 @@ type Options struct {
 	StateDir string
 	// Resync is how often a pod is synced with nothing happening (the kubelet's syncFrequency).
 	Resync time.Duration
+	// Volumes prepares pods' volumes before their containers start and releases them after
+	// the pod terminated; nil runs pods without their volumes' mounts.
+	Volumes Volumes
+}
+
+// Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).
+type Volumes interface {
+	// Prepare makes the pod's volumes ready and returns each container's mounts by
+	// container name. An error means the pod waits; its message is the FailedMount event's.
+	Prepare(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error)
+	// Release tears down a terminated pod's volumes.
+	Release(ctx context.Context, pod *corev1.Pod) error
 }
 
 // Manager owns the workers.

@@ -1,0 +1,102 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+)
+
+// fakeVolumes fails Prepare while err is set, and records the calls.
+type fakeVolumes struct {
+	mu       sync.Mutex
+	err      error
+	prepares int
+	released []string
+}
+
+func (f *fakeVolumes) Prepare(_ context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prepares++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return map[string][]criconfig.Mount{"app": {{ContainerPath: "/data", HostPath: "/var/lib/unitlet/pods/" + string(pod.UID) + "/volumes/kubernetes.io~empty-dir/data"}}}, nil
+}
+
+func (f *fakeVolumes) Release(_ context.Context, pod *corev1.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, string(pod.UID))
+	return nil
+}
+
+func (f *fakeVolumes) set(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+func TestSyncWaitsForVolumesThenMountsThem(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	vols := &fakeVolumes{err: errors.New(`volume "config": configMap default/app not found`)}
+	h := newHarnessWith(t, cri, vols)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	h.m.Update(pod, "api")
+
+	o := h.ev.waitFor(t, "app waiting in ContainerCreating", func(o Observed) bool {
+		w := statusOf(o, "app").State.Waiting
+		return w != nil && w.Reason == "ContainerCreating"
+	})
+	if o.Status.Phase != corev1.PodPending {
+		t.Errorf("phase %s while volumes fail, want Pending", o.Status.Phase)
+	}
+	if !h.ev.hasEvent("FailedMount") {
+		t.Errorf("no FailedMount event while the volumes fail")
+	}
+	if got := cri.callsOf("RunPodSandbox"); len(got) != 0 {
+		t.Errorf("sandboxes %v made before the volumes were ready", got)
+	}
+
+	vols.set(nil)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	cri.mu.Lock()
+	var mounted bool
+	for _, c := range cri.containers {
+		for _, m := range c.cfg.Mounts {
+			mounted = mounted || m.ContainerPath == "/data"
+		}
+	}
+	cri.mu.Unlock()
+	if !mounted {
+		t.Errorf("the container was created without the volume's mount")
+	}
+
+	if !h.m.Terminate(pod.UID, nil, "", "") {
+		t.Fatal("Terminate refused")
+	}
+	h.ev.waitFor(t, "terminated", func(o Observed) bool { return o.Terminated })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		vols.mu.Lock()
+		n := len(vols.released)
+		vols.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volumes released %d times after termination, want once", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,79 @@
+package podsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+)
+
+// prepareTimeout bounds one PrepareVolumes call: it blocks until the volumes are ready.
+const prepareTimeout = 2 * time.Minute
+
+// busVolumes is unitlet-volumes over the bus, for the pod workers.
+type busVolumes struct {
+	socket string
+	client volumesv1.VolumesServiceClient
+}
+
+// Prepare asks unitlet-volumes to make the pod's volumes ready.
+func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {
+	if _, err := os.Stat(v.socket); err != nil {
+		return nil, fmt.Errorf("unitlet-volumes is not running (no socket at %s): start it with `systemctl start unitlet-volumes.socket`", v.socket)
+	}
+	b, err := json.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	resp, err := v.client.PrepareVolumes(ctx, &volumesv1.PrepareVolumesRequest{Pod: b})
+	if err != nil {
+		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
+	}
+	out := map[string][]criconfig.Mount{}
+	for _, cm := range resp.GetContainers() {
+		for _, m := range cm.GetMounts() {
+			out[cm.GetContainer()] = append(out[cm.GetContainer()], criconfig.Mount{
+				ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadOnly(), Propagation: criPropagation(m.GetPropagation()),
+			})
+		}
+	}
+	return out, nil
+}
+
+// Release asks unitlet-volumes to tear down a terminated pod's volumes. Without its
+// socket there is nothing it prepared that it could release now; its orphan cleanup
+// releases them when it runs again.
+func (v *busVolumes) Release(ctx context.Context, pod *corev1.Pod) error {
+	if len(pod.Spec.Volumes) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(v.socket); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	if _, err := v.client.ReleaseVolumes(ctx, &volumesv1.ReleaseVolumesRequest{PodUid: string(pod.UID)}); err != nil {
+		return fmt.Errorf("release volumes: %s", grpcstatus.Convert(err).Message())
+	}
+	return nil
+}
+
+func criPropagation(p volumesv1.MountPropagation) runtimeapi.MountPropagation {
+	switch p {
+	case volumesv1.MountPropagation_MOUNT_PROPAGATION_HOST_TO_CONTAINER:
+		return runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
+	case volumesv1.MountPropagation_MOUNT_PROPAGATION_BIDIRECTIONAL:
+		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
+	}
+	return runtimeapi.MountPropagation_PROPAGATION_PRIVATE
+}
