@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -71,6 +72,20 @@ func (h *Harness) NodeAgentPIDs(name string) []int {
 		}
 		return nil
 	}
+	if h.nodeBackend(name) == "nspawn" {
+		var pids []int
+		for _, n := range h.stack.Nodes {
+			if n.Name != name {
+				continue
+			}
+			for _, svc := range n.Services {
+				if pid, err := h.ServicePID(name, svc); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+		}
+		return pids
+	}
 	st := h.loadState()
 	var pids []int
 	for _, c := range sortedNodeProcs(st, name) {
@@ -91,4 +106,77 @@ func sortedNodeProcs(st *state, node string) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// ServicePID is the host pid of a unitlet service of a node: its process (process backend),
+// or the main process of its unit in the machine (nspawn backend).
+func (h *Harness) ServicePID(node, svc string) (int, error) {
+	switch h.nodeBackend(node) {
+	case "nspawn":
+		out, err := h.execInMachine(node, []string{"systemctl", "show", "--property=MainPID", "--value", "unitlet-" + svc + ".service"}).Output()
+		if err != nil {
+			return 0, fmt.Errorf("the main pid of unitlet-%s on %s: %w", svc, node, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil || pid == 0 {
+			return 0, fmt.Errorf("unitlet-%s.service on %s has no main process (MainPID=%s)", svc, node, strings.TrimSpace(string(out)))
+		}
+		pid1, err := h.machinePID1(node)
+		if err != nil {
+			return 0, err
+		}
+		return hostPID(pid1, pid)
+	case "process":
+		if p := h.loadState().Procs[node+"/unitlet-"+svc]; p.alive() {
+			return p.PID, nil
+		}
+		return 0, fmt.Errorf("unitlet-%s of %s is not running", svc, node)
+	}
+	return 0, fmt.Errorf("node %s runs no unitlet services", node)
+}
+
+// StopService stops a unitlet service of a node until StartService, so that nothing
+// answers on its bus socket: a process node's process; on an nspawn node, the service's
+// unit and its socket unit (with the socket listening, systemd would start it again).
+func (h *Harness) StopService(node, svc string) error {
+	switch h.nodeBackend(node) {
+	case "nspawn":
+		out, err := h.execInMachine(node, []string{"systemctl", "stop", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("stop unitlet-%s on %s: %v: %s", svc, node, err, out)
+		}
+		return nil
+	case "process":
+		p := h.loadState().Procs[node+"/unitlet-"+svc]
+		if p == nil {
+			return fmt.Errorf("stop unitlet-%s on %s: not started", svc, node)
+		}
+		return p.stop(30 * time.Second)
+	}
+	return fmt.Errorf("stop unitlet-%s: node %s runs no unitlet services", svc, node)
+}
+
+// StartService starts a unitlet service of a node again unless it runs (for an nspawn node,
+// its socket and service units) and waits until it answers on its socket.
+func (h *Harness) StartService(ctx context.Context, node, svc string) error {
+	if h.nodeBackend(node) != "nspawn" {
+		return h.StartNode(ctx, node)
+	}
+	out, err := h.execInMachine(node, []string{"systemctl", "start", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("start unitlet-%s on %s: %v: %s", svc, node, err, out)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		err := serving(ctx, h.NodeSocketDir(node), svc)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("unitlet-%s on %s does not answer: %w", svc, node, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

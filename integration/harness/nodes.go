@@ -55,7 +55,7 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				}
 				args := []string{
 					"--config=" + filepath.Join(dir, "config.yaml"), "--config-dir=" + filepath.Join(dir, "config.d"),
-					"--root-dir=" + filepath.Join(dir, "state"), "--hostname-override=" + n.Name,
+					"--root-dir=" + h.nodeRootDir(n.Name), "--hostname-override=" + n.Name,
 					"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 				}
 				if !h.stack.Standalone {
@@ -72,7 +72,7 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 // prepareNode writes the node's configuration and credentials.
 func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	dir := h.nodeDir(n.Name)
-	for _, d := range []string{filepath.Join(dir, "config.d"), filepath.Join(dir, "state"), h.NodeSocketDir(n.Name)} {
+	for _, d := range []string{filepath.Join(dir, "config.d"), h.NodeSocketDir(n.Name)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -81,31 +81,63 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	if h.stack.Runtime.Kind == "containerd" {
 		endpoint = h.RuntimeEndpoint()
 	}
-	cfg := nodeConfig(n, f.ca.CertFile, endpoint)
-	// Static pods from the node's manifests directory, pod logs under the node's directory
-	// (not the host's /var/log/pods: several nodes share the host).
-	cfg += "staticPodPath: " + h.NodeManifestDir(n.Name) + "\n" +
-		"podLogsDir: " + filepath.Join(dir, "pod-logs") + "\n" +
-		"fileCheckFrequency: 20s\n"
-	if n.NodeAPIPort != 0 {
-		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
+	cfg, err := h.nodeDirsConfig(n)
+	if err != nil {
+		return err
 	}
-	for _, d := range []string{h.NodeManifestDir(n.Name), filepath.Join(dir, "pod-logs")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
+	cfg = nodeConfig(n, f.ca.CertFile, endpoint) + cfg
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	if h.stack.Standalone {
 		return nil // no API server: no credentials, so podsync runs static pods only
 	}
-	cert, key, err := f.ca.issue(dir, "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
+	cert, key, err := h.nodeClientCert(n, f)
 	if err != nil {
 		return err
 	}
 	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), h.APIServerURL(), f.ca.CertFile, "system:node:"+n.Name, cert, key, "")
+}
+
+// nodeRootDir is the node's --root-dir: its lock, checkpoints, and the pod directories
+// whose termination-message files the runtime mounts into containers.
+func (h *Harness) nodeRootDir(node string) string { return filepath.Join(h.nodeDir(node), "state") }
+
+// nodePodLogsDir is the node's podLogsDir, where the runtime writes the containers' logs.
+func (h *Harness) nodePodLogsDir(node string) string {
+	return filepath.Join(h.nodeDir(node), "pod-logs")
+}
+
+// nodeSharedDirs are the node's directories that the node's services and the host (the
+// stack's containerd, the tests) both use by the same path; an nspawn machine has them
+// bound at that path.
+func (h *Harness) nodeSharedDirs(node string) []string {
+	return []string{h.nodeRootDir(node), h.nodePodLogsDir(node), h.NodeManifestDir(node)}
+}
+
+// nodeDirsConfig makes the node's shared directories and returns the configuration lines
+// that point at them: static pods from the node's manifests directory, pod logs under the
+// node's directory (not the host's /var/log/pods: several nodes share the host); and the
+// node API's port.
+func (h *Harness) nodeDirsConfig(n Node) (string, error) {
+	for _, d := range h.nodeSharedDirs(n.Name) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	cfg := "staticPodPath: " + h.NodeManifestDir(n.Name) + "\n" +
+		"podLogsDir: " + h.nodePodLogsDir(n.Name) + "\n" +
+		"fileCheckFrequency: 20s\n"
+	if n.NodeAPIPort != 0 {
+		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
+	}
+	return cfg, nil
+}
+
+// nodeClientCert is the node's client certificate for the API server (system:node:<name>
+// in system:nodes, as the kubelet's after TLS bootstrapping), in the node's directory.
+func (h *Harness) nodeClientCert(n Node, f *controlPlaneFiles) (certFile, keyFile string, err error) {
+	return f.ca.issue(h.nodeDir(n.Name), "node-client", certSpec{cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
 }
 
 // nodeConfig is the KubeletConfiguration of node n: caFile is the cluster CA's path on the

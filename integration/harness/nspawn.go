@@ -34,6 +34,12 @@ import (
 //     nspawn node.
 //   - The machine's /run/unitlet is the host directory NodeSocketDir, so host-side tests dial
 //     its bus sockets as they dial a process node's.
+//   - The stack's containerd runs on the host, so every path podsync hands it is the same on
+//     both sides: the node's root dir (pod directories, termination-message files), pod log
+//     and manifest directories are host directories bound into the machine at their own
+//     path, and a drop-in per unit (unitDropIn) points the services at them and opens them
+//     in the units' sandbox; the shipped units are installed unchanged. The node's client
+//     certificate and kubeconfig are in /etc/unitlet.
 //   - It is ready when its systemd has finished booting with no failed unit ("running";
 //     "degraded" fails with the failed units named) and every service of the node answers
 //     its health check over the socket, which socket-activates it.
@@ -281,6 +287,11 @@ func (h *Harness) nspawnComponent(n Node, f *controlPlaneFiles) component {
 				"--boot", "--console=read-only", "--link-journal=no", "--setenv=SYSTEMD_COLORS=0",
 				"--bind=" + h.NodeSocketDir(n.Name) + ":/run/unitlet",
 			}
+			// The runtime runs on the host and is handed these paths (log files, the
+			// termination-message files it mounts into containers): the same path in both.
+			for _, d := range h.nodeSharedDirs(n.Name) {
+				args = append(args, "--bind="+d+":"+d)
+			}
 			if h.stack.Runtime.Kind == "containerd" {
 				// The config's containerRuntimeEndpoint names the stack's containerd socket:
 				// its directory appears at the same path, without containerd's own mounts.
@@ -381,14 +392,31 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	if h.stack.Runtime.Kind == "containerd" {
 		endpoint = h.RuntimeEndpoint()
 	}
+	dirsConfig, err := h.nodeDirsConfig(n)
+	if err != nil {
+		return "", err
+	}
 	files := []file{
 		{path: "/etc/hostname", mode: 0o644, data: []byte(n.Name + "\n")},
 		{path: "/etc/machine-id", mode: 0o444, data: []byte(hex.EncodeToString(machineID) + "\n")},
-		{path: "/usr/local/bin/unitlet-config", mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-config")},
 		{path: "/usr/local/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
 		{path: caPath, mode: 0o644, data: ca},
-		{path: "/etc/unitlet/config.yaml", mode: 0o644, data: []byte(nodeConfig(n, caPath, endpoint))},
+		{path: "/etc/unitlet/config.yaml", mode: 0o644, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
+	}
+	for _, svc := range n.Services {
+		files = append(files, file{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
+		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: 0o644, data: []byte(h.unitDropIn(n, svc))})
+	}
+	if !h.stack.Standalone {
+		// The node's credentials, as the kubelet's kubeconfig after TLS bootstrapping.
+		cert, key, err := h.nodeClientCert(n, f)
+		if err != nil {
+			return "", err
+		}
+		files = append(files,
+			file{path: machineClientCert, mode: 0o644, from: cert},
+			file{path: machineClientKey, mode: 0o600, from: key})
 	}
 	units, err := filepath.Glob(filepath.Join(h.repo, "systemd", "*"))
 	if err != nil {
@@ -422,6 +450,11 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	if err := os.MkdirAll(filepath.Join(root, "etc", "unitlet", "config.d"), 0o755); err != nil {
 		return "", err
 	}
+	if !h.stack.Standalone {
+		if err := writeKubeconfig(filepath.Join(root, machineKubeconfig), h.APIServerURL(), caPath, "system:node:"+n.Name, machineClientCert, machineClientKey, ""); err != nil {
+			return "", err
+		}
+	}
 	// systemctl enable unitlet.target: its [Install] says WantedBy=multi-user.target.
 	wants := filepath.Join(root, "etc", "systemd", "system", "multi-user.target.wants")
 	if err := os.MkdirAll(wants, 0o755); err != nil {
@@ -431,6 +464,45 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		return "", err
 	}
 	return root, nil
+}
+
+// The node's credentials in a machine.
+const (
+	machineKubeconfig = "/etc/unitlet/kubeconfig"
+	machineClientCert = "/etc/unitlet/pki/node-client.crt"
+	machineClientKey  = "/etc/unitlet/pki/node-client.key"
+)
+
+// unitDropIn is the harness's drop-in for the unit of service svc in node n's machine. The
+// shipped units stay as they are; the drop-in points the service at the node's directories
+// on the host (bound into the machine at the same path, see nspawnComponent) and lets it
+// reach them through its sandbox, gives it the harness's settings, and copies its log to
+// the machine's console, which is the nspawn component's log.
+func (h *Harness) unitDropIn(n Node, svc string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by unitlet-harness for node %s.\n[Service]\n", n.Name)
+	b.WriteString("Environment=UNITLET_LOG_LEVEL=debug\n")
+	if addr := n.Metrics[svc]; addr != "" {
+		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
+	}
+	if svc == "config" {
+		fmt.Fprintf(&b, "Environment=UNITLET_ROOT_DIR=%s\n", h.nodeRootDir(n.Name))
+		if !h.stack.Standalone {
+			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", machineKubeconfig)
+		}
+	}
+	// The node's directories are under the stack's directory, by default in /var/tmp, which
+	// PrivateTmp= would replace with an empty one; ProtectSystem=strict makes them read-only.
+	b.WriteString("PrivateTmp=no\n")
+	// Every service may write the root dir, as the units' StateDirectory=; podsync makes the
+	// pods' log directories too.
+	rw := h.nodeRootDir(n.Name)
+	if svc == "podsync" {
+		rw += " " + h.nodePodLogsDir(n.Name)
+	}
+	fmt.Fprintf(&b, "ReadWritePaths=%s\n", rw)
+	b.WriteString("StandardOutput=journal+console\nStandardError=journal+console\n")
+	return b.String()
 }
 
 // machinePID1 is the host PID of the node machine's init (its systemd).
@@ -474,6 +546,40 @@ func containerInit(nspawnPID int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("systemd-nspawn (pid %d) has no container init yet", nspawnPID)
+}
+
+// hostPID is the host pid of the process whose pid is pid in the pid namespace of the
+// machine whose init is pid1.
+func hostPID(pid1, pid int) (int, error) {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid1))
+	if err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	want := strconv.Itoa(pid)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || l != ns {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, _ := strings.Cut(line, ":"); k == "NSpid" {
+				if f := strings.Fields(v); len(f) > 1 && f[len(f)-1] == want {
+					return strconv.Atoi(e.Name())
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process is pid %d in the machine of init %d", pid, pid1)
 }
 
 // machineBooted checks that the machine's systemd has finished booting with no failed unit.

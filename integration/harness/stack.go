@@ -52,7 +52,8 @@ type Node struct {
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
 	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR), e.g.
-	// {podsync: "127.0.0.1:10272"}; process nodes only.
+	// {podsync: "127.0.0.1:10272"}: a process node's environment, an nspawn node's unit
+	// drop-in (its units set their own loopback addresses otherwise).
 	Metrics map[string]string `json:"metrics,omitempty"`
 	// NodeAPIPort is the port of unitlet-status's node API (the config's port); 0 means the
 	// kubelet's 10250. A stack that runs beside another sets its own.
@@ -130,9 +131,6 @@ func LoadStack(path string) (*Stack, error) {
 		for j, svc := range n.Services {
 			if !slices.Contains(knownServices, svc) {
 				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: the services that exist so far: %s", path, i, j, svc, strings.Join(knownServices, ", "))
-			}
-			if n.Backend == "nspawn" && svc != "config" {
-				return nil, fmt.Errorf("%s: nodes[%d].services[%d] %q: nspawn nodes run only config so far", path, i, j, svc)
 			}
 		}
 		if slices.Contains(n.Services, "status") {

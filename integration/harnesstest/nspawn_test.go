@@ -17,7 +17,7 @@ func nspawnNode(t *testing.T) string {
 			return n.Name
 		}
 	}
-	t.Fatalf("stack %s has no node with backend nspawn (integration/stacks/single-node.yaml has node-2)", stack.Stack().Name)
+	t.Fatalf("stack %s has no node with backend nspawn (integration/stacks/single-node.yaml has node-1)", stack.Stack().Name)
 	return ""
 }
 

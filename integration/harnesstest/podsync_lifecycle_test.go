@@ -149,22 +149,22 @@ func TestPodsyncHooks(t *testing.T) {
 	})
 }
 
-// servicePID is the pid of one of node-1's unitlet services ("podsync", "status").
+// servicePID is the host pid of one of podsyncNode's unitlet services ("podsync",
+// "status").
 func servicePID(t testing.TB, svc string) int {
 	t.Helper()
-	for _, c := range stack.Status() {
-		if c.Name == podsyncNode+"/unitlet-"+svc && c.Alive {
-			return c.PID
-		}
+	pid, err := stack.ServicePID(podsyncNode, svc)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stack.Logs(20))
 	}
-	t.Fatalf("unitlet-%s of %s is not running:\n%s", svc, podsyncNode, stack.Logs(20))
-	return 0
+	return pid
 }
 
-// podsyncPID is the pid of node-1's unitlet-podsync.
+// podsyncPID is the host pid of podsyncNode's unitlet-podsync.
 func podsyncPID(t testing.TB) int { return servicePID(t, "podsync") }
 
-// sigkill kills one of node-1's unitlet services with SIGKILL and waits until it is gone.
+// sigkill kills one of podsyncNode's unitlet services with SIGKILL and waits until it is
+// gone.
 func sigkill(t *testing.T, svc string) {
 	t.Helper()
 	pid := servicePID(t, svc)
@@ -179,15 +179,23 @@ func sigkill(t *testing.T, svc string) {
 	}
 }
 
-// restartServices starts what is not running again, as the services' units would.
+// restartServices starts podsyncNode's services that do not run (on an nspawn node systemd
+// restarts a killed one by itself) and waits until each answers.
 func restartServices(t *testing.T) {
 	t.Helper()
-	if err := stack.Up(context.Background()); err != nil {
-		t.Fatalf("start the killed services again: %v", err)
+	for _, n := range stack.Stack().Nodes {
+		if n.Name != podsyncNode {
+			continue
+		}
+		for _, svc := range n.Services {
+			if err := stack.StartService(context.Background(), podsyncNode, svc); err != nil {
+				t.Fatalf("start the killed services again: %v\n%s", err, stack.Logs(20))
+			}
+		}
 	}
 }
 
-// killPodsync kills podsync with SIGKILL and starts it again as its unit would.
+// killPodsync kills podsync with SIGKILL and waits until it answers again.
 func killPodsync(t *testing.T) {
 	t.Helper()
 	sigkill(t, "podsync")

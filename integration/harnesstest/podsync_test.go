@@ -22,7 +22,8 @@ import (
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
-// podsyncNode is the stack's node running unitlet-podsync as host processes.
+// podsyncNode is the stack's node running unitlet-podsync and unitlet-status (in the default
+// stack, an nspawn machine running them under systemd).
 const podsyncNode = "node-1"
 
 // registerNode waits until unitlet-status has registered podsyncNode: without the Node
