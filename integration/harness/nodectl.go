@@ -111,7 +111,7 @@ func sortedNodeProcs(st *state, node string) []string {
 // ServicePID is the host pid of a unitlet service of a node: its process (process backend),
 // or the main process of its unit in the machine (nspawn backend).
 func (h *Harness) ServicePID(node, svc string) (int, error) {
-	switch h.nodeBackend(node) {
+	switch h.serviceBackend(node, svc) {
 	case "nspawn":
 		out, err := h.execInMachine(node, []string{"systemctl", "show", "--property=MainPID", "--value", "unitlet-" + svc + ".service"}).Output()
 		if err != nil {
@@ -126,7 +126,7 @@ func (h *Harness) ServicePID(node, svc string) (int, error) {
 			return 0, err
 		}
 		return hostPID(pid1, pid)
-	case "process":
+	case "process", "host":
 		if p := h.loadState().Procs[node+"/unitlet-"+svc]; p.alive() {
 			return p.PID, nil
 		}
@@ -135,18 +135,29 @@ func (h *Harness) ServicePID(node, svc string) (int, error) {
 	return 0, fmt.Errorf("node %s runs no unitlet services", node)
 }
 
+// serviceBackend is how a node's service runs: "process" or "nspawn" as its node, or
+// "host" for an nspawn node's host service (a process beside the machine).
+func (h *Harness) serviceBackend(node, svc string) string {
+	for _, n := range h.stack.Nodes {
+		if n.Name == node && slices.Contains(n.HostServices, svc) {
+			return "host"
+		}
+	}
+	return h.nodeBackend(node)
+}
+
 // StopService stops a unitlet service of a node until StartService, so that nothing
 // answers on its bus socket: a process node's process; on an nspawn node, the service's
 // unit and its socket unit (with the socket listening, systemd would start it again).
 func (h *Harness) StopService(node, svc string) error {
-	switch h.nodeBackend(node) {
+	switch h.serviceBackend(node, svc) {
 	case "nspawn":
 		out, err := h.execInMachine(node, []string{"systemctl", "stop", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("stop unitlet-%s on %s: %v: %s", svc, node, err, out)
 		}
 		return nil
-	case "process":
+	case "process", "host":
 		p := h.loadState().Procs[node+"/unitlet-"+svc]
 		if p == nil {
 			return fmt.Errorf("stop unitlet-%s on %s: not started", svc, node)
@@ -159,7 +170,10 @@ func (h *Harness) StopService(node, svc string) error {
 // StartService starts a unitlet service of a node again unless it runs (for an nspawn node,
 // its socket and service units) and waits until it answers on its socket.
 func (h *Harness) StartService(ctx context.Context, node, svc string) error {
-	if h.nodeBackend(node) != "nspawn" {
+	switch h.serviceBackend(node, svc) {
+	case "host":
+		return h.Up(ctx) // starts what is not running, leaves the rest
+	case "process":
 		return h.StartNode(ctx, node)
 	}
 	out, err := h.execInMachine(node, []string{"systemctl", "start", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()

@@ -30,7 +30,11 @@ func (h *Harness) NodeSocketDir(node string) string { return filepath.Join(h.nod
 func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 	switch n.Backend {
 	case "nspawn":
-		return []component{h.nspawnComponent(n, f)}
+		out := []component{h.nspawnComponent(n, f)}
+		for _, svc := range n.HostServices {
+			out = append(out, h.hostService(n, svc))
+		}
+		return out
 	case "kubelet":
 		return []component{h.kubeletComponent(n, f)}
 	}
@@ -67,6 +71,23 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 		})
 	}
 	return out
+}
+
+// hostService runs one of an nspawn node's services as a host process beside the machine,
+// on the machine's bus sockets (its /run/unitlet is NodeSocketDir). It reads the
+// configuration from the machine's unitlet-config, whose paths are the same on both sides.
+func (h *Harness) hostService(n Node, svc string) component {
+	return component{
+		name: n.Name + "/unitlet-" + svc,
+		start: func() (*proc, error) {
+			env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
+			if addr := n.Metrics[svc]; addr != "" {
+				env = append(env, "UNITLET_METRICS_ADDR="+addr)
+			}
+			return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, filepath.Join(h.binDir(), "unitlet-"+svc))
+		},
+		ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
+	}
 }
 
 // prepareNode writes the node's configuration and credentials.
@@ -112,7 +133,15 @@ func (h *Harness) nodePodLogsDir(node string) string {
 // stack's containerd, the tests) both use by the same path; an nspawn machine has them
 // bound at that path.
 func (h *Harness) nodeSharedDirs(node string) []string {
-	return []string{h.nodeRootDir(node), h.nodePodLogsDir(node), h.NodeManifestDir(node)}
+	return []string{h.nodeRootDir(node), h.nodePodLogsDir(node), h.NodeManifestDir(node), h.nodeCredsDir(node)}
+}
+
+// nodeCredsDir holds an nspawn node's kubeconfig and client certificate.
+func (h *Harness) nodeCredsDir(node string) string { return filepath.Join(h.nodeDir(node), "creds") }
+
+// nodeKubeconfig is an nspawn node's kubeconfig (--kubeconfig), in nodeCredsDir.
+func (h *Harness) nodeKubeconfig(node string) string {
+	return filepath.Join(h.nodeCredsDir(node), "kubeconfig")
 }
 
 // nodeDirsConfig makes the node's shared directories and returns the configuration lines

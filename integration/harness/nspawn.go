@@ -409,14 +409,11 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: 0o644, data: []byte(h.unitDropIn(n, svc))})
 	}
 	if !h.stack.Standalone {
-		// The node's credentials, as the kubelet's kubeconfig after TLS bootstrapping.
-		cert, key, err := h.nodeClientCert(n, f)
-		if err != nil {
+		// The node's credentials, as the kubelet's kubeconfig after TLS bootstrapping, in a
+		// directory bound at its host path: the node's host services read them too.
+		if err := h.writeNodeCredentials(n, f); err != nil {
 			return "", err
 		}
-		files = append(files,
-			file{path: machineClientCert, mode: 0o644, from: cert},
-			file{path: machineClientKey, mode: 0o600, from: key})
 	}
 	units, err := filepath.Glob(filepath.Join(h.repo, "systemd", "*"))
 	if err != nil {
@@ -450,11 +447,6 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	if err := os.MkdirAll(filepath.Join(root, "etc", "unitlet", "config.d"), 0o755); err != nil {
 		return "", err
 	}
-	if !h.stack.Standalone {
-		if err := writeKubeconfig(filepath.Join(root, machineKubeconfig), h.APIServerURL(), caPath, "system:node:"+n.Name, machineClientCert, machineClientKey, ""); err != nil {
-			return "", err
-		}
-	}
 	// systemctl enable unitlet.target: its [Install] says WantedBy=multi-user.target.
 	wants := filepath.Join(root, "etc", "systemd", "system", "multi-user.target.wants")
 	if err := os.MkdirAll(wants, 0o755); err != nil {
@@ -466,12 +458,29 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	return root, nil
 }
 
-// The node's credentials in a machine.
-const (
-	machineKubeconfig = "/etc/unitlet/kubeconfig"
-	machineClientCert = "/etc/unitlet/pki/node-client.crt"
-	machineClientKey  = "/etc/unitlet/pki/node-client.key"
-)
+// writeNodeCredentials puts node n's client certificate, key, the cluster CA and a
+// kubeconfig using them in its credentials directory.
+func (h *Harness) writeNodeCredentials(n Node, f *controlPlaneFiles) error {
+	dir := h.nodeCredsDir(n.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	cert, key, err := h.nodeClientCert(n, f)
+	if err != nil {
+		return err
+	}
+	for src, dst := range map[string]string{cert: "node-client.crt", key: "node-client.key", f.ca.CertFile: "ca.crt"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return writeKubeconfig(h.nodeKubeconfig(n.Name), h.APIServerURL(), filepath.Join(dir, "ca.crt"), "system:node:"+n.Name,
+		filepath.Join(dir, "node-client.crt"), filepath.Join(dir, "node-client.key"), "")
+}
 
 // unitDropIn is the harness's drop-in for the unit of service svc in node n's machine. The
 // shipped units stay as they are; the drop-in points the service at the node's directories
@@ -488,7 +497,7 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	if svc == "config" {
 		fmt.Fprintf(&b, "Environment=UNITLET_ROOT_DIR=%s\n", h.nodeRootDir(n.Name))
 		if !h.stack.Standalone {
-			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", machineKubeconfig)
+			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", h.nodeKubeconfig(n.Name))
 		}
 	}
 	// The node's directories are under the stack's directory, by default in /var/tmp, which

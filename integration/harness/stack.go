@@ -58,6 +58,11 @@ type Node struct {
 	// NodeAPIPort is the port of unitlet-status's node API (the config's port); 0 means the
 	// kubelet's 10250. A stack that runs beside another sets its own.
 	NodeAPIPort int `json:"nodeAPIPort,omitempty"`
+	// HostServices are services of an nspawn node run as host processes beside the machine:
+	// unitlet-volumes, whose tmpfs mounts the stack's containerd (on the host) must see, and
+	// a machine's mounts never reach the host. On a real node there is one mount namespace
+	// and the unit runs them all.
+	HostServices []string `json:"hostServices,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -143,6 +148,11 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second node with podsync: the nodes share the stack's containerd, and each podsync stops pods it did not start", path, i)
 			}
 		}
+		for j, svc := range n.HostServices {
+			if n.Backend != "nspawn" || svc != "volumes" || slices.Contains(n.Services, svc) {
+				return nil, fmt.Errorf("%s: nodes[%d].hostServices[%d] %q: only an nspawn node may run volumes (and only volumes) on the host, and not also in the machine", path, i, j, svc)
+			}
+		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
 			return nil, fmt.Errorf("%s: nodes[%d].services: config must come first (the others read the configuration from it)", path, i)
 		}
@@ -151,6 +161,6 @@ func LoadStack(path string) (*Stack, error) {
 }
 
 // knownServices are the unitlet services a node may run.
-var knownServices = []string{"config", "podsync", "status"}
+var knownServices = []string{"config", "podsync", "status", "volumes"}
 
 func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }
