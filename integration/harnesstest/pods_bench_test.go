@@ -17,10 +17,10 @@ import (
 	"github.com/unitlet/unitlet/integration/harness"
 )
 
-// automountToken is the pods' automountServiceAccountToken. The issue asks for the default
-// service-account token volume, which unitlet can mount only once unitlet-volumes exists:
-// until then neither side gets one. Set it to true then.
-const automountToken = false
+// automountToken is the pods' automountServiceAccountToken: both sides mount the default
+// service-account token volume (kube-api-access-*), as the issue asks; unitlet through
+// unitlet-volumes.
+const automountToken = true
 
 // vsPodCounts are the sizes of the rounds: that many pods created at once.
 var vsPodCounts = []int{1, 30, 100}

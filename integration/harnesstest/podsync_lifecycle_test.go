@@ -187,7 +187,7 @@ func restartServices(t *testing.T) {
 		if n.Name != podsyncNode {
 			continue
 		}
-		for _, svc := range n.Services {
+		for _, svc := range append(append([]string{}, n.Services...), n.HostServices...) {
 			if err := stack.StartService(context.Background(), podsyncNode, svc); err != nil {
 				t.Fatalf("start the killed services again: %v\n%s", err, stack.Logs(20))
 			}

@@ -181,8 +181,8 @@ func TestStatusKubectlRunLogsExecDelete(t *testing.T) {
 	waitNodeReady(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// No service-account token volume until unitlet-volumes exists.
-	overrides := `{"spec":{"automountServiceAccountToken":false,"terminationGracePeriodSeconds":4}}`
+	// The default service-account token volume, through unitlet-volumes.
+	overrides := `{"spec":{"terminationGracePeriodSeconds":4}}`
 	if out, err := kubectl(ctx, t, "run", "slice", "--image=unitlet.local/busybox:1", "--image-pull-policy=Never", "--restart=Always",
 		"--overrides="+overrides, "--", "sh", "-c", `echo hello; echo second; trap "" TERM; while true; do sleep 1; done`); err != nil {
 		t.Fatalf("kubectl run: %v\n%s", err, out)

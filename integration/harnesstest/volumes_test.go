@@ -1,0 +1,354 @@
+package harnesstest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
+)
+
+// inPod runs a command in a pod's container through kubectl exec (the API server, the node
+// API and the runtime's streaming server).
+func inPod(t *testing.T, pod string, cmd ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return kubectl(ctx, t, append([]string{"exec", pod, "--"}, cmd...)...)
+}
+
+func mustInPod(t *testing.T, pod string, cmd ...string) string {
+	t.Helper()
+	out, err := inPod(t, pod, cmd...)
+	if err != nil {
+		t.Fatalf("in %s: %v: %v\n%s", pod, cmd, err, out)
+	}
+	return out
+}
+
+func createObject[T any](t *testing.T, create func(context.Context, T, metav1.CreateOptions) (T, error), obj T, del func(context.Context, string, metav1.DeleteOptions) error, name string) {
+	t.Helper()
+	if _, err := create(context.Background(), obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = del(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// podEvents are the reasons and messages of a pod's events.
+func podEvents(ctx context.Context, t *testing.T, name string) string {
+	evs, err := admin(t).CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range evs.Items {
+		fmt.Fprintf(&b, "%s: %s\n", e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+func TestVolumesEveryPluginFromInsideTheContainer(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	cms, secrets := c.CoreV1().ConfigMaps("default"), c.CoreV1().Secrets("default")
+	createObject(t, cms.Create, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vol-cm"}, Data: map[string]string{"a": "A", "b": "B"}}, cms.Delete, "vol-cm")
+	createObject(t, secrets.Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vol-secret"}, Data: map[string][]byte{"password": []byte("s3cret")}}, secrets.Delete, "vol-secret")
+	hostDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(hostDir, "from-host"), []byte("H"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := busyboxPod("vol-all", "while true; do sleep 1; done")
+	p.Labels = map[string]string{"app": "vol"}
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	p.Spec.Volumes = []corev1.Volume{
+		{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "vol-cm"},
+			Items:                []corev1.KeyToPath{{Key: "a", Path: "dir/a.txt", Mode: ptr.To[int32](0o600)}},
+		}}},
+		{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "vol-secret"}}},
+		{Name: "down", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+			{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+			{Path: "cpu", ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "main", Resource: "limits.cpu", Divisor: resource.MustParse("1m")}},
+		}}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}},
+		{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: &dirOrCreate}}},
+		{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "unitlet-test", ExpirationSeconds: ptr.To[int64](600), Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "vol-cm"}, Items: []corev1.KeyToPath{{Key: "b", Path: "b"}}}},
+		}}}},
+	}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+		{Name: "cm", MountPath: "/cm"}, {Name: "secret", MountPath: "/secret"}, {Name: "down", MountPath: "/down"},
+		{Name: "scratch", MountPath: "/scratch"}, {Name: "mem", MountPath: "/mem"}, {Name: "host", MountPath: "/host"},
+		{Name: "proj", MountPath: "/proj"},
+	}
+	createPod(t, p)
+	apiPodRunningReady(t, "vol-all", time.Minute)
+
+	for _, tc := range []struct{ cmd, want string }{
+		{"cat /cm/dir/a.txt", "A"},
+		{"stat -L -c %a /cm/dir/a.txt", "600"},
+		{"cat /secret/password", "s3cret"},
+		{"stat -L -c %a /secret/password", "644"},
+		{"cat /down/labels", `app="vol"`},
+		{"cat /down/name", "vol-all"},
+		{"cat /down/cpu", "500"},
+		{"cat /host/from-host", "H"},
+		{"cat /proj/b", "B"},
+		{"stat -c %a /scratch", "777"},
+		{"sh -c 'echo x >/scratch/f && cat /scratch/f'", "x"},
+		{"sh -c 'grep \" /mem \" /proc/mounts | cut -d\" \" -f3'", "tmpfs"},
+	} {
+		out, err := inPod(t, "vol-all", "sh", "-c", tc.cmd)
+		if err != nil || strings.TrimSpace(out) != tc.want {
+			t.Errorf("%s: %q (%v), want %q", tc.cmd, strings.TrimSpace(out), err, tc.want)
+		}
+	}
+	// configMap, secret, downwardAPI and projected volumes are read-only in the container.
+	if out, err := inPod(t, "vol-all", "sh", "-c", "echo y >/cm/new"); err == nil {
+		t.Errorf("writing into the configMap volume worked: %s", out)
+	}
+	// The memory emptyDir holds its sizeLimit (1Mi): 2 MiB do not fit.
+	if out, err := inPod(t, "vol-all", "sh", "-c", "dd if=/dev/zero of=/mem/big bs=1024 count=2048"); err == nil || !strings.Contains(out, "No space left") {
+		t.Errorf("writing 2 MiB into a 1Mi memory emptyDir: %v\n%s", err, out)
+	}
+	// What the container writes into the hostPath is on the host.
+	mustInPod(t, "vol-all", "sh", "-c", "echo C >/host/from-container")
+	if b, err := os.ReadFile(filepath.Join(hostDir, "from-container")); err != nil || strings.TrimSpace(string(b)) != "C" {
+		t.Errorf("hostPath: the host sees %q (%v)", b, err)
+	}
+	// The projected token is the pod's service account's, bound to the pod, for the audience.
+	tok := mustInPod(t, "vol-all", "cat", "/proj/token")
+	review, err := c.AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: tok, Audiences: []string{"unitlet-test"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !review.Status.Authenticated || review.Status.User.Username != "system:serviceaccount:default:default" || review.Status.User.Extra["authentication.kubernetes.io/pod-name"][0] != "vol-all" {
+		t.Errorf("TokenReview of the projected token: %+v", review.Status)
+	}
+
+	// Deleted: the volumes go (the tmpfs unmounted, the pod's volume directory removed).
+	uid := mustGetUID(t, "vol-all")
+	if err := c.CoreV1().Pods("default").Delete(context.Background(), "vol-all", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, time.Minute, "the pod's volumes released", func(ctx context.Context) (bool, string) {
+		mounts, _ := os.ReadFile("/proc/self/mountinfo")
+		if strings.Contains(string(mounts), uid) {
+			return false, "a mount of the pod is still there"
+		}
+		return true, ""
+	})
+}
+
+func mustGetUID(t *testing.T, name string) string {
+	t.Helper()
+	p, err := admin(t).CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(p.UID)
+}
+
+func TestVolumesConfigMapUpdateReachesThePod(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	cms := c.CoreV1().ConfigMaps("default")
+	createObject(t, cms.Create, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vol-live"}, Data: map[string]string{"v": "one"}}, cms.Delete, "vol-live")
+	p := busyboxPod("vol-live", "while true; do sleep 1; done")
+	p.Spec.Volumes = []corev1.Volume{{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "vol-live"}}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cm", MountPath: "/cm"}}
+	createPod(t, p)
+	apiPodRunningReady(t, "vol-live", time.Minute)
+	if out := strings.TrimSpace(mustInPod(t, "vol-live", "cat", "/cm/v")); out != "one" {
+		t.Fatalf("/cm/v = %q, want one", out)
+	}
+	cm, err := cms.Get(context.Background(), "vol-live", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["v"] = "two"
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Within the sync period (the node's syncFrequency, 1 minute) and a little.
+	stack.WaitFor(t, 90*time.Second, "the update in the running container", func(ctx context.Context) (bool, string) {
+		out, err := inPod(t, "vol-live", "cat", "/cm/v")
+		return err == nil && strings.TrimSpace(out) == "two", out
+	})
+	t.Logf("the configMap update reached the container after %s", time.Since(start).Round(time.Second))
+}
+
+func TestVolumesMissingSecretKeepsThePodWaiting(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	p := busyboxPod("vol-wait", "while true; do sleep 1; done")
+	p.Spec.Volumes = []corev1.Volume{{Name: "late", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "vol-late"}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "late", MountPath: "/late"}}
+	createPod(t, p)
+	stack.WaitFor(t, time.Minute, "a FailedMount event naming the secret", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "vol-wait")
+		return strings.Contains(evs, "FailedMount") && strings.Contains(evs, "vol-late"), evs
+	})
+	got, err := c.CoreV1().Pods("default").Get(context.Background(), "vol-wait", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodPending {
+		t.Errorf("phase %s while the secret is missing, want Pending", got.Status.Phase)
+	}
+	secrets := c.CoreV1().Secrets("default")
+	createObject(t, secrets.Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vol-late"}, Data: map[string][]byte{"k": []byte("here")}}, secrets.Delete, "vol-late")
+	apiPodRunningReady(t, "vol-wait", time.Minute)
+	if out := strings.TrimSpace(mustInPod(t, "vol-wait", "cat", "/late/k")); out != "here" {
+		t.Errorf("/late/k = %q, want here", out)
+	}
+}
+
+func TestVolumesSubPathEscapeIsRefused(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	hostDir := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(hostDir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	p := busyboxPod("vol-escape", "while true; do sleep 1; done")
+	p.Spec.Volumes = []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "host", MountPath: "/x", SubPath: "escape"}}
+	created := createPod(t, p)
+	stack.WaitFor(t, time.Minute, "a FailedMount event naming the subPath", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "vol-escape")
+		return strings.Contains(evs, "FailedMount") && strings.Contains(evs, `subPath "escape"`), evs
+	})
+	if ctrs := runtimeContainers(context.Background(), t, string(created.UID)); len(ctrs) != 0 {
+		t.Errorf("containers %v created for a pod whose subPath escapes its volume", ctrs)
+	}
+}
+
+// TestVolumesKubectlRunWithTheDefaultToken is kubectl run as users type it: the pod gets
+// the kube-api-access projected volume (token, ca.crt, namespace) and starts.
+func TestVolumesKubectlRunWithTheDefaultToken(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := kubectl(ctx, t, "run", "plain", "--image=unitlet.local/busybox:1", "--image-pull-policy=Never", "--", "sleep", "3600"); err != nil {
+		t.Fatalf("kubectl run: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = admin(t).CoreV1().Pods("default").Delete(context.Background(), "plain", deleteNow()) })
+	apiPodRunningReady(t, "plain", time.Minute)
+	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+	if out := strings.TrimSpace(mustInPod(t, "plain", "cat", sa+"/namespace")); out != "default" {
+		t.Errorf("%s/namespace = %q", sa, out)
+	}
+	if out := mustInPod(t, "plain", "cat", sa+"/ca.crt"); !strings.Contains(out, "BEGIN CERTIFICATE") {
+		t.Errorf("%s/ca.crt = %.80q", sa, out)
+	}
+	tok := strings.TrimSpace(mustInPod(t, "plain", "cat", sa+"/token"))
+	review, err := admin(t).AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: tok}}, metav1.CreateOptions{})
+	if err != nil || !review.Status.Authenticated {
+		t.Errorf("TokenReview of the default token: %+v %v", review.Status, err)
+	}
+}
+
+// mountsOf counts the host's mounts under the pods' volume directories, by pod UID.
+func mountsOf(uids map[string]bool) map[string]int {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || !strings.Contains(f[4], "/volumes/kubernetes.io~") {
+			continue
+		}
+		for uid := range uids {
+			if strings.Contains(f[4], "/pods/"+uid+"/") {
+				out[uid]++
+			}
+		}
+	}
+	return out
+}
+
+func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
+	const n = 30
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	secrets := c.CoreV1().Secrets("default")
+	createObject(t, secrets.Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "churn"}, Data: map[string][]byte{"k": []byte("v")}}, secrets.Delete, "churn")
+	var names []string
+	for i := 0; i < n; i++ {
+		p := busyboxPod(fmt.Sprintf("churn-%02d", i), "while true; do sleep 1; done")
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "churn"}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "sec", MountPath: "/sec"}, {Name: "scratch", MountPath: "/scratch"}}
+		if _, err := c.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, p.Name)
+	}
+	t.Cleanup(func() {
+		for _, name := range names {
+			_ = c.CoreV1().Pods("default").Delete(context.Background(), name, deleteNow())
+		}
+	})
+	time.Sleep(1500 * time.Millisecond) // in the middle of preparing them
+	sigkill(t, "volumes")
+	restartServices(t)
+
+	uids := map[string]bool{}
+	stack.WaitFor(t, 4*time.Minute, "all 30 pods Running and Ready in the API", func(ctx context.Context) (bool, string) {
+		ready := 0
+		for _, name := range names {
+			p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.Status.Phase == corev1.PodRunning && conditionIs(p.Status, corev1.PodReady, corev1.ConditionTrue) {
+				ready++
+				uids[string(p.UID)] = true
+			}
+		}
+		return ready == n, fmt.Sprintf("%d of %d ready", ready, n)
+	})
+	check := func(when string) {
+		t.Helper()
+		if m := mountsOf(uids); len(m) != n {
+			t.Errorf("%s: %d of %d pods have their secret's tmpfs mounted", when, len(m), n)
+		}
+		for _, name := range []string{names[0], names[n/2], names[n-1]} {
+			if out, err := inPod(t, name, "cat", "/sec/k"); err != nil || strings.TrimSpace(out) != "v" {
+				t.Errorf("%s: %s reads %q (%v) from its secret volume", when, name, out, err)
+			}
+		}
+	}
+	check("after a SIGKILL while preparing")
+	// Killed again with everything running: on its restart it unmounts and deletes nothing.
+	mustInPod(t, names[0], "sh", "-c", "echo kept >/scratch/f")
+	sigkill(t, "volumes")
+	restartServices(t)
+	time.Sleep(5 * time.Second) // its reconcile at start
+	check("after a SIGKILL with every pod running")
+	if out := strings.TrimSpace(mustInPod(t, names[0], "cat", "/scratch/f")); out != "kept" {
+		t.Errorf("the emptyDir lost its file across the restart: %q", out)
+	}
+	// Deleted: every pod's volumes are released.
+	for _, name := range names {
+		_ = c.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	stack.WaitFor(t, 2*time.Minute, "every pod's tmpfs unmounted", func(ctx context.Context) (bool, string) {
+		m := mountsOf(uids)
+		return len(m) == 0, fmt.Sprintf("%d pods still have mounts", len(m))
+	})
+}
