@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -34,7 +33,6 @@ import (
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
-	"github.com/unitlet/unitlet/shared/version"
 )
 
 // ServiceName is unitlet-podsync's name on the bus.
@@ -42,33 +40,7 @@ const ServiceName = "podsync"
 
 // Main runs unitlet-podsync and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "unitlet-podsync: %v\n", err)
-		return code
-	}
-	fs := pflag.NewFlagSet("unitlet-podsync", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: unitlet-podsync [--version]\n\nunitlet-podsync runs the node's pods on the CRI runtime. It reads the node's\nconfiguration from unitlet-config over the bus; process settings come from UNITLET_*\nvariables (see the README).\n")
-			return daemon.ExitOK
-		}
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("unitlet-podsync"))
-		return daemon.ExitOK
-	}
-	settings, log, err := daemon.Load(stderr, ServiceName)
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if err := run(ctx, settings, log); err != nil {
-		log.Error("unitlet-podsync failed", "err", err)
-		return daemon.ExitCode(err)
-	}
-	return daemon.ExitOK
+	return daemon.Main(ctx, ServiceName, "unitlet-podsync runs the node's pods on the CRI runtime. It reads the node's\nconfiguration from unitlet-config over the bus; process settings come from UNITLET_*\nvariables (see the README).", args, stdout, stderr, run)
 }
 
 func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -31,7 +30,6 @@ import (
 	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
-	"github.com/unitlet/unitlet/shared/version"
 )
 
 // ServiceName is unitlet-status's name on the bus.
@@ -39,33 +37,7 @@ const ServiceName = "status"
 
 // Main runs unitlet-status and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "unitlet-status: %v\n", err)
-		return code
-	}
-	fs := pflag.NewFlagSet("unitlet-status", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: unitlet-status [--version]\n\nunitlet-status registers the node, reports its status, lease and pod statuses to the\nAPI server and serves the node API (:10250). It reads the node's configuration from\nunitlet-config over the bus; process settings come from UNITLET_* variables (see the README).\n")
-			return daemon.ExitOK
-		}
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("unitlet-status"))
-		return daemon.ExitOK
-	}
-	settings, log, err := daemon.Load(stderr, ServiceName)
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if err := run(ctx, settings, log); err != nil {
-		log.Error("unitlet-status failed", "err", err)
-		return daemon.ExitCode(err)
-	}
-	return daemon.ExitOK
+	return daemon.Main(ctx, ServiceName, "unitlet-status registers the node, reports its status, lease and pod statuses to the\nAPI server and serves the node API (:10250). It reads the node's configuration from\nunitlet-config over the bus; process settings come from UNITLET_* variables (see the README).", args, stdout, stderr, run)
 }
 
 func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {

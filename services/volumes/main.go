@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -22,7 +21,6 @@ import (
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
-	"github.com/unitlet/unitlet/shared/version"
 )
 
 // ServiceName is unitlet-volumes's name on the bus.
@@ -33,33 +31,7 @@ const measureEvery = 30 * time.Second
 
 // Main runs unitlet-volumes and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "unitlet-volumes: %v\n", err)
-		return code
-	}
-	fs := pflag.NewFlagSet("unitlet-volumes", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: unitlet-volumes [--version]\n\nunitlet-volumes prepares pods' volumes for unitlet-podsync and keeps their files\ncurrent. It reads the node's configuration from unitlet-config over the bus; process\nsettings come from UNITLET_* variables (see the README).\n")
-			return daemon.ExitOK
-		}
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("unitlet-volumes"))
-		return daemon.ExitOK
-	}
-	settings, log, err := daemon.Load(stderr, ServiceName)
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if err := run(ctx, settings, log); err != nil {
-		log.Error("unitlet-volumes failed", "err", err)
-		return daemon.ExitCode(err)
-	}
-	return daemon.ExitOK
+	return daemon.Main(ctx, ServiceName, "unitlet-volumes prepares pods' volumes for unitlet-podsync and keeps their files\ncurrent. It reads the node's configuration from unitlet-config over the bus; process\nsettings come from UNITLET_* variables (see the README).", args, stdout, stderr, run)
 }
 
 func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
