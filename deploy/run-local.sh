@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: a standalone unitlet node on this machine — containerd with its own root and
-# socket, a bridge network, the project's images, and unitlet-config, unitlet-podsync and
-# unitlet-status as local processes running the static pods of deploy/examples/ with no API server (the
-# stack integration/stacks/standalone.yaml). It shows the node with unitletctl and keeps it
+# socket, a bridge network, the project's images, and unitlet-config, -podsync, -status and
+# -volumes as local processes running the static pods of deploy/examples/ with no API
+# server (the stack integration/stacks/standalone.yaml). It shows the node with unitletctl and keeps it
 # running until Ctrl-C, which takes everything down again.
 set -euo pipefail
 bin=${1:?usage: run-local.sh BIN_DIR}
@@ -21,7 +21,7 @@ down() {
 }
 trap down EXIT INT TERM
 
-echo "== bringing up the standalone node (containerd, images, unitlet-config, unitlet-podsync, unitlet-status)"
+echo "== bringing up the standalone node (containerd, images, unitlet-config, -podsync, -status, -volumes)"
 (cd "$repo" && "$harness" up -f "$stack")
 manifests=${UNITLET_HARNESS_DIR:-/var/tmp/unitlet-harness}/standalone/nodes/$node/manifests
 cp "$here"/examples/*.yaml "$manifests/"
@@ -38,7 +38,7 @@ for _ in $(seq 60); do
 done
 echo
 echo "== unitletctl status"
-on_node unitletctl status config podsync status || true
+on_node unitletctl status config podsync status volumes || true
 echo
 echo "== unitletctl node (standalone: nothing is written to an API server)"
 on_node unitletctl node || true
