@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/shared/bus"
@@ -29,6 +30,29 @@ func BenchmarkVolumesPrepare(b *testing.B) {
 		name := fmt.Sprintf("bench-vol-%d", i)
 		_, _ = c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"a": "1", "b": "2", "c": "3"}}, metav1.CreateOptions{})
 		_, _ = c.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"a": []byte("1"), "b": []byte("2")}}, metav1.CreateOptions{})
+	}
+	// The Node authorizer lets the node read only objects that a pod bound to it refers to:
+	// one real pod with the same five volumes opens them to the node.
+	anchor := fiveVolumePod("anchor")
+	anchor.UID = ""
+	anchor.Spec.NodeName = podsyncNode
+	anchor.Spec.AutomountServiceAccountToken = ptr.To(false)
+	anchor.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	anchor.Spec.Containers[0].Command = []string{"sleep", "3600"}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, anchor, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.CoreV1().Pods("default").Delete(ctx, anchor.Name, deleteNow()) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := c.CoreV1().Pods("default").Get(ctx, anchor.Name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the anchor pod does not run: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "volumes")
 	if err != nil {
