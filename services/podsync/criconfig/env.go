@@ -3,14 +3,12 @@ package criconfig
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/unitlet/unitlet/shared/downwardapi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -266,9 +264,9 @@ func fieldRefValue(pod *corev1.Pod, ref *corev1.ObjectFieldSelector, pe PodEnv) 
 	case "metadata.uid":
 		return string(pod.UID), nil
 	case "metadata.labels":
-		return formatMap(pod.Labels), nil
+		return downwardapi.FormatMap(pod.Labels), nil
 	case "metadata.annotations":
-		return formatMap(pod.Annotations), nil
+		return downwardapi.FormatMap(pod.Annotations), nil
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
@@ -300,82 +298,15 @@ func subscript(path, prefix string) (string, bool) {
 	return strings.CutSuffix(rest, "']")
 }
 
-// formatMap writes a map as the downward API does: sorted key="value" lines, values
-// quoted Go-style.
-func formatMap(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	lines := make([]string, 0, len(keys))
-	for _, k := range keys {
-		lines = append(lines, k+"="+strconv.Quote(m[k]))
-	}
-	return strings.Join(lines, "\n")
-}
-
-// resourceFieldRefValue is a container's request or limit divided by the divisor and
-// rounded up; limits the container does not set are the node's allocatable.
+// resourceFieldRefValue is a container's request or limit for a resourceFieldRef; a ref
+// naming no container is about c.
 func resourceFieldRefValue(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector, allocatable corev1.ResourceList) (string, error) {
 	target := c
 	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		target = findContainer(pod, ref.ContainerName)
+		target = downwardapi.FindContainer(pod, ref.ContainerName)
 		if target == nil {
 			return "", fmt.Errorf("resourceFieldRef %s: no container %q in the pod", ref.Resource, ref.ContainerName)
 		}
 	}
-	limits := target.Resources.Limits.DeepCopy()
-	if limits == nil {
-		limits = corev1.ResourceList{}
-	}
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
-		if q, ok := limits[name]; ok && !q.IsZero() {
-			continue
-		}
-		// A pod-level limit comes before the node's allocatable.
-		if pod.Spec.Resources != nil {
-			if q, ok := pod.Spec.Resources.Limits[name]; ok && !q.IsZero() {
-				limits[name] = q.DeepCopy()
-				continue
-			}
-		}
-		if q, ok := allocatable[name]; ok {
-			limits[name] = q.DeepCopy()
-		}
-	}
-
-	divisor := ref.Divisor
-	if divisor.IsZero() {
-		divisor = resource.MustParse("1")
-	}
-	kind, name, ok := strings.Cut(ref.Resource, ".")
-	if !ok || (kind != "limits" && kind != "requests") {
-		return "", fmt.Errorf("resourceFieldRef %s: unsupported resource", ref.Resource)
-	}
-	list := target.Resources.Requests
-	if kind == "limits" {
-		list = limits
-	}
-	rn := corev1.ResourceName(name)
-	switch {
-	case rn == corev1.ResourceCPU:
-		q := list[rn]
-		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
-	case rn == corev1.ResourceMemory, rn == corev1.ResourceEphemeralStorage, strings.HasPrefix(name, corev1.ResourceHugePagesPrefix):
-		q := list[rn]
-		return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
-	}
-	return "", fmt.Errorf("resourceFieldRef %s: unsupported resource", ref.Resource)
-}
-
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
-	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			if cs[i].Name == name {
-				return &cs[i]
-			}
-		}
-	}
-	return nil
+	return downwardapi.ResourceValue(pod, target, ref, allocatable)
 }

@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
+	"github.com/unitlet/unitlet/shared/downwardapi"
 )
 
 // DownwardAPIPayload builds the files of a downwardAPI volume: fieldRef (metadata.name,
@@ -96,94 +94,18 @@ func subscript(fieldPath string) (field, key string, ok bool) {
 	return field, key, true
 }
 
-// FormatMap renders labels or annotations as the kubelet does: one key="value" line per
-// key, sorted by key, the value quoted as Go's %q does, no trailing newline.
-func FormatMap(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(strconv.Quote(m[k]))
-	}
-	return b.String()
-}
+// FormatMap renders labels or annotations as the kubelet does (shared/downwardapi).
+func FormatMap(m map[string]string) string { return downwardapi.FormatMap(m) }
 
-// ResourceValue returns the value of a resourceFieldRef: the container's limit or
-// request divided by the divisor (1 when unset) and rounded up. An unset or zero limit
-// of cpu, memory or ephemeral-storage is the node's allocatable.
+// ResourceValue returns the value of a resourceFieldRef, which in a volume must name its
+// container (shared/downwardapi).
 func ResourceValue(pod *corev1.Pod, ref *corev1.ResourceFieldSelector, allocatable corev1.ResourceList) (string, error) {
 	if ref.ContainerName == "" {
 		return "", fmt.Errorf("resourceFieldRef %s names no container", ref.Resource)
 	}
-	container := findContainer(pod, ref.ContainerName)
+	container := downwardapi.FindContainer(pod, ref.ContainerName)
 	if container == nil {
 		return "", fmt.Errorf("resourceFieldRef %s: container %q not in the pod", ref.Resource, ref.ContainerName)
 	}
-	kind, name, ok := strings.Cut(ref.Resource, ".")
-	if !ok || (kind != "limits" && kind != "requests") {
-		return "", fmt.Errorf("resourceFieldRef %s is not supported", ref.Resource)
-	}
-	res := corev1.ResourceName(name)
-	switch {
-	case res == corev1.ResourceCPU, res == corev1.ResourceMemory, res == corev1.ResourceEphemeralStorage:
-	case strings.HasPrefix(name, corev1.ResourceHugePagesPrefix):
-	default:
-		return "", fmt.Errorf("resourceFieldRef %s is not supported", ref.Resource)
-	}
-
-	var q resource.Quantity
-	if kind == "requests" {
-		q = container.Resources.Requests[res]
-	} else {
-		q = container.Resources.Limits[res]
-		if q.IsZero() && !strings.HasPrefix(name, corev1.ResourceHugePagesPrefix) {
-			q = allocatable[res]
-		}
-	}
-
-	divisor := ref.Divisor
-	if divisor.IsZero() {
-		divisor = resource.MustParse("1")
-	}
-	if divisor.Sign() < 0 {
-		return "", fmt.Errorf("resourceFieldRef %s: divisor %s is negative", ref.Resource, divisor.String())
-	}
-	if res == corev1.ResourceCPU {
-		// CPU in millicores: a divisor of 1m gives millicores, of 1 whole cores.
-		return strconv.FormatInt(ceilDiv(q.MilliValue(), divisor.MilliValue()), 10), nil
-	}
-	return strconv.FormatInt(ceilDiv(q.Value(), divisor.Value()), 10), nil
-}
-
-// ceilDiv divides non-negative a by positive b, rounding up.
-func ceilDiv(a, b int64) int64 {
-	if b <= 0 {
-		return 0
-	}
-	if a <= 0 {
-		return 0
-	}
-	return (a-1)/b + 1
-}
-
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return &pod.Spec.InitContainers[i]
-		}
-	}
-	return nil
+	return downwardapi.ResourceValue(pod, container, ref, allocatable)
 }
