@@ -136,11 +136,14 @@ func (w *worker) syncOnce(ctx context.Context) time.Duration {
 	start := w.m.o.Clock.Now()
 	res := w.sync(ctx)
 	w.m.metrics.workerDuration.WithLabelValues(res.operation).Observe(w.m.o.Clock.Since(start).Seconds())
-	w.report(res)
 	if res.forget {
+		// Gone from the manager before the bus hears Removed, so a reader of the
+		// event never finds the worker still there.
 		w.m.forget(w)
+		w.report(res)
 		return -1
 	}
+	w.report(res)
 	return res.next
 }
 
