@@ -68,6 +68,9 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		return daemon.ConfigError(err)
 	}
 
+	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+		return err
+	}
 	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-podsync", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone, static pods only", "reason", err)

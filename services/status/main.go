@@ -49,6 +49,9 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	nodeName := cfg.Node.GetName()
 	clk := clock.RealClock{}
 
+	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+		return err
+	}
 	client, restConfig, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-status", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone: no API writes; the node API serves /healthz and /pods", "reason", err)
@@ -117,23 +120,24 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	}
 
 	api, err := nodeapi.New(nodeapi.Options{
-		Address:        net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
-		CertFile:       kc.TLSCertFile,
-		KeyFile:        kc.TLSPrivateKeyFile,
-		CertDir:        cfg.Paths.GetCertDir(),
-		Hostname:       cfg.Node.GetHostname(),
-		IPs:            cfg.Node.GetIps(),
-		Authentication: kc.Authentication,
-		Authorization:  kc.Authorization,
-		Client:         client,
-		NodeName:       nodeName,
-		Pods:           podsync,
-		Logs:           podlogs.New(podsync, rt),
-		Stats:          stats.New(stats.Options{Runtime: rt, NodeName: nodeName, RootDir: cfg.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: clk}),
-		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Configz:        func() ([]byte, error) { return configz(cfg.Raw), nil },
-		Healthz:        func(context.Context) error { return nil },
-		Log:            log.With("component", "node-api"),
+		Address:            net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
+		CertFile:           kc.TLSCertFile,
+		KeyFile:            kc.TLSPrivateKeyFile,
+		CertDir:            cfg.Paths.GetCertDir(),
+		ServerTLSBootstrap: kc.ServerTLSBootstrap,
+		Hostname:           cfg.Node.GetHostname(),
+		IPs:                cfg.Node.GetIps(),
+		Authentication:     kc.Authentication,
+		Authorization:      kc.Authorization,
+		Client:             client,
+		NodeName:           nodeName,
+		Pods:               podsync,
+		Logs:               podlogs.New(podsync, rt),
+		Stats:              stats.New(stats.Options{Runtime: rt, NodeName: nodeName, RootDir: cfg.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: clk}),
+		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Configz:            func() ([]byte, error) { return configz(cfg.Raw), nil },
+		Healthz:            func(context.Context) error { return nil },
+		Log:                log.With("component", "node-api"),
 	})
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("node API: %w", err))

@@ -41,6 +41,9 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	}
 	kc := cfg.KubeletConfiguration
 	clk := clock.RealClock{}
+	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+		return err
+	}
 	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-volumes", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone: configMap, secret and token volumes cannot be served", "reason", err)

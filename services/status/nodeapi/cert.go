@@ -1,6 +1,7 @@
 package nodeapi
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -8,10 +9,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/unitlet/unitlet/shared/pki"
 )
 
 // Names of the self-signed serving certificate and key in the certificate directory, as
@@ -81,4 +85,46 @@ func servingCertificate(log *slog.Logger, certFile, keyFile, certDir, hostname s
 	}
 	log.Info("made self-signed serving certificate", "path", certPath, "hostname", hostname, "ips", ips)
 	return cert, nil
+}
+
+// rotatingCertificate serves unitlet-certs's current serving certificate
+// (kubelet-server-current.pem in the certificate directory), looking again at most once a
+// second, so a rotation is served from the next handshake on without a restart. Until the
+// first one is issued, and whenever the file cannot be read, it serves fallback (the
+// self-signed certificate).
+type rotatingCertificate struct {
+	store    pki.Store
+	fallback *tls.Certificate
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	current *tls.Certificate
+	checked time.Time
+	lastErr string
+}
+
+func (r *rotatingCertificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= time.Second {
+		r.checked = now
+		cert, err := r.store.Current()
+		switch {
+		case err == nil && (r.current == nil || !bytes.Equal(cert.Certificate[0], r.current.Certificate[0])):
+			r.log.Info("serving the certificate from unitlet-certs", "path", r.store.CurrentPath(),
+				"serial", cert.Leaf.SerialNumber.String(), "notAfter", cert.Leaf.NotAfter)
+			r.current, r.lastErr = cert, ""
+		case err != nil && err.Error() != r.lastErr:
+			r.lastErr = err.Error()
+			if r.current == nil {
+				r.log.Info("no serving certificate from unitlet-certs yet; serving the self-signed one", "reason", err)
+			} else {
+				r.log.Warn("cannot read the serving certificate; serving the last one read", "err", err)
+			}
+		}
+	}
+	if r.current != nil {
+		return r.current, nil
+	}
+	return r.fallback, nil
 }

@@ -23,6 +23,7 @@ import (
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/pki"
 )
 
 // Pods lists the node's pods as podsync runs them and asks podsync for streaming sessions.
@@ -62,6 +63,10 @@ type Options struct {
 	// serving certificate rotated without a restart); CertFile, KeyFile and CertDir are
 	// then unused.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// ServerTLSBootstrap (the config's serverTLSBootstrap): serve unitlet-certs's serving
+	// certificate from CertDir (kubelet-server-current.pem), reloaded when it rotates; the
+	// self-signed one until it is first issued. Unused with CertFile and KeyFile.
+	ServerTLSBootstrap bool
 
 	// Authentication and Authorization as in the KubeletConfiguration: x509.clientCAFile,
 	// webhook.enabled/cacheTTL and anonymous.enabled (off unless set); mode AlwaysAllow or
@@ -130,7 +135,12 @@ func New(o Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		tlsConfig.Certificates = []tls.Certificate{cert}
+		if o.ServerTLSBootstrap && o.CertFile == "" {
+			r := &rotatingCertificate{store: pki.Store{Dir: o.CertDir, Prefix: pki.ServerPrefix}, fallback: &cert, log: log}
+			tlsConfig.GetCertificate = r.GetCertificate
+		} else {
+			tlsConfig.Certificates = []tls.Certificate{cert}
+		}
 	}
 
 	a, err := newAuth(o.Client, o.NodeName, o.Authentication, o.Authorization)

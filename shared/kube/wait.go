@@ -1,0 +1,64 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"k8s.io/client-go/transport"
+
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/pki"
+)
+
+func init() {
+	// client-go reloads a client certificate given as files (the kubeconfig written by TLS
+	// bootstrap points at kubelet-client-current.pem) and closes every connection made with
+	// the old one; by default it looks every five minutes. unitlet-certs swings the link at
+	// 70 to 90% of a lifetime that may be as short as ten minutes, so look far more often.
+	transport.CertCallbackRefreshDuration = certReloadEvery
+}
+
+// certReloadEvery is how often clients look for a rotated client certificate.
+const certReloadEvery = 5 * time.Second
+
+// WaitForKubeconfig returns once the node's kubeconfig is usable, or at once when there is
+// nothing to wait for: no bootstrap kubeconfig is configured (a missing kubeconfig then
+// means a standalone node) or the kubeconfig is already usable. While unitlet-config is
+// bootstrapping it checks every second, tells systemd (STATUS=, and more time to start)
+// and logs once what it waits for.
+func WaitForKubeconfig(ctx context.Context, paths *configv1.Paths, log *slog.Logger) error {
+	kubeconfig, bootstrap := paths.GetKubeconfig(), paths.GetBootstrapKubeconfig()
+	if kubeconfig == "" || bootstrap == "" {
+		return nil
+	}
+	_, err := pki.CheckKubeconfig(kubeconfig, time.Now())
+	if err == nil {
+		return nil
+	}
+	log.Info("waiting for unitlet-config to bootstrap the node's credentials", "kubeconfig", kubeconfig, "reason", err)
+	status := "STATUS=waiting for unitlet-config's TLS bootstrap to write " + kubeconfig
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		if i%10 == 0 {
+			// Waiting for credentials is not a failure to start: keep systemd from timing out.
+			_, _ = sddaemon.SdNotify(false, status+"\nEXTEND_TIMEOUT_USEC=30000000")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if _, err = pki.CheckKubeconfig(kubeconfig, time.Now()); err == nil {
+			log.Info("the node's credentials are ready", "kubeconfig", kubeconfig, "waited", time.Duration(i+1)*time.Second)
+			_, _ = sddaemon.SdNotify(false, "STATUS=")
+			return nil
+		}
+		if !errors.Is(err, pki.ErrNoKubeconfig) && i%60 == 59 {
+			log.Info("still waiting for the node's credentials", "kubeconfig", kubeconfig, "reason", err)
+		}
+	}
+}
