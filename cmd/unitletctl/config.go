@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
@@ -31,6 +33,8 @@ func configCmd(ctx context.Context, g globals) error {
 	if err != nil {
 		return explain("config", path, err)
 	}
+	// Older unitlet-configs have no bootstrap status; the rest of the output stands without it.
+	boot, bootErr := client.GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
 	c := cfg.GetConfig()
 	if g.output == "json" {
 		var out bytes.Buffer
@@ -81,9 +85,42 @@ func configCmd(ctx context.Context, g globals) error {
 		fmt.Fprintf(&b, "# last reload: FAILED %s (trigger: %s): %s\n#   generation %d stays in effect; last success %s\n",
 			stamp(r.GetLastAttemptTime().AsTime()), r.GetTrigger(), r.GetLastError(), c.GetGeneration(), stamp(r.GetLastSuccessTime().AsTime()))
 	}
+	b.WriteString(bootstrapLine(boot.GetStatus(), bootErr))
 	b.Write(y)
 	_, err = fmt.Fprint(g.stdout, b.String())
 	return err
+}
+
+// bootstrapLine is the "# TLS bootstrap:" line: the state, and what to know about it.
+func bootstrapLine(st *configv1.BootstrapStatus, err error) string {
+	if status.Code(err) == codes.Unimplemented {
+		return "# TLS bootstrap: unknown (this unitlet-config does not report it)\n"
+	}
+	if err != nil {
+		return fmt.Sprintf("# TLS bootstrap: unknown: %s\n", status.Convert(err).Message())
+	}
+	state := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(st.GetState().String(), "BOOTSTRAP_STATE_")), "_", " ")
+	if st.GetState() == configv1.BootstrapState_BOOTSTRAP_STATE_FAILED {
+		state = "FAILED"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# TLS bootstrap: %s", state)
+	if st.GetLastTransitionTime() != nil {
+		fmt.Fprintf(&b, " since %s", stamp(st.GetLastTransitionTime().AsTime()))
+	}
+	switch st.GetState() {
+	case configv1.BootstrapState_BOOTSTRAP_STATE_FAILED:
+		fmt.Fprintf(&b, " (attempt %d, next %s): %s", st.GetAttempts(), stamp(st.GetNextAttemptTime().AsTime()), st.GetLastError())
+	case configv1.BootstrapState_BOOTSTRAP_STATE_BOOTSTRAPPING, configv1.BootstrapState_BOOTSTRAP_STATE_WAITING_FOR_APPROVAL:
+		fmt.Fprintf(&b, " (attempt %d): %s", st.GetAttempts(), st.GetMessage())
+	default:
+		fmt.Fprintf(&b, ": %s", st.GetMessage())
+		if st.GetCertificateNotAfter() != nil {
+			fmt.Fprintf(&b, "; client certificate valid until %s", stamp(st.GetCertificateNotAfter().AsTime()))
+		}
+	}
+	b.WriteByte('\n')
+	return b.String()
 }
 
 func stamp(t time.Time) string { return t.Local().Format(time.RFC3339) }

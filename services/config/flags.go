@@ -169,6 +169,9 @@ func (o *Options) complete() error {
 	if o.CertDir == "" {
 		o.CertDir = filepath.Join(o.RootDir, "pki")
 	}
+	if o.BootstrapKubeconfig != "" && o.Kubeconfig == "" {
+		return fmt.Errorf("--bootstrap-kubeconfig needs --kubeconfig: the file TLS bootstrap writes the node's credentials to")
+	}
 	return nil
 }
 

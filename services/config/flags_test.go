@@ -58,6 +58,7 @@ func TestFlagErrorsNameTheFlagOrVariable(t *testing.T) {
 		{[]string{"stray"}, nil, `"stray"`},
 		{[]string{"--register-with-taints=dedicated"}, nil, "register-with-taints"},
 		{[]string{"--node-labels=novalue"}, nil, "node-labels"},
+		{[]string{"--bootstrap-kubeconfig=/etc/unitlet/bootstrap.conf"}, nil, "--kubeconfig"},
 	}
 	for _, c := range cases {
 		_, _, err := ParseOptions(c.args, env(c.env))

@@ -10,11 +10,14 @@ import (
 // Server is the bus API of unitlet-config.
 type Server struct {
 	configv1.UnimplementedConfigServiceServer
-	svc *Service
+	svc       *Service
+	bootstrap *Bootstrapper
 }
 
-// NewServer serves svc over the bus.
-func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+// NewServer serves svc and the state of its TLS bootstrap over the bus.
+func NewServer(svc *Service, bootstrap *Bootstrapper) *Server {
+	return &Server{svc: svc, bootstrap: bootstrap}
+}
 
 // GetConfig returns the configuration in effect.
 func (s *Server) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
@@ -24,6 +27,11 @@ func (s *Server) GetConfig(context.Context, *configv1.GetConfigRequest) (*config
 // GetReloadStatus returns the result of the last load.
 func (s *Server) GetReloadStatus(context.Context, *configv1.GetReloadStatusRequest) (*configv1.GetReloadStatusResponse, error) {
 	return &configv1.GetReloadStatusResponse{Status: s.svc.Status()}, nil
+}
+
+// GetBootstrapStatus returns the state of the TLS bootstrap.
+func (s *Server) GetBootstrapStatus(context.Context, *configv1.GetBootstrapStatusRequest) (*configv1.GetBootstrapStatusResponse, error) {
+	return &configv1.GetBootstrapStatusResponse{Status: s.bootstrap.Status()}, nil
 }
 
 // WatchConfig streams the configuration in effect unless the caller has it, then every

@@ -59,10 +59,16 @@ func Main(ctx context.Context, args []string, environ func(string) (string, bool
 	if err != nil {
 		return fail(daemon.ExitBadConfig, err)
 	}
-	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc))
+	bootstrap := NewBootstrapper(svc.Current, d.Registry(), log)
+	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
 	d.Go("file watch", svc.WatchFiles)
+	if o.BootstrapKubeconfig != "" {
+		// TLS bootstrap runs beside the bus: the other services read the configuration and
+		// wait for the kubeconfig themselves, and READY=1 does not wait for it.
+		d.Go("tls bootstrap", bootstrap.Run)
+	}
 
 	if err := d.Run(ctx); err != nil {
 		log.Error("unitlet-config failed", "err", err)

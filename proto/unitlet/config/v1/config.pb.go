@@ -88,6 +88,73 @@ func (SourceKind) EnumDescriptor() ([]byte, []int) {
 	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{0}
 }
 
+type BootstrapState int32
+
+const (
+	BootstrapState_BOOTSTRAP_STATE_UNSPECIFIED BootstrapState = 0
+	// No --bootstrap-kubeconfig: a missing kubeconfig means a standalone node.
+	BootstrapState_BOOTSTRAP_STATE_NOT_CONFIGURED BootstrapState = 1
+	// The kubeconfig is usable; nothing to do.
+	BootstrapState_BOOTSTRAP_STATE_NOT_NEEDED BootstrapState = 2
+	// An attempt is submitting a certificate signing request.
+	BootstrapState_BOOTSTRAP_STATE_BOOTSTRAPPING BootstrapState = 3
+	// The request is submitted; waiting for its approval and the certificate.
+	BootstrapState_BOOTSTRAP_STATE_WAITING_FOR_APPROVAL BootstrapState = 4
+	// The last attempt failed; another follows at next_attempt_time.
+	BootstrapState_BOOTSTRAP_STATE_FAILED BootstrapState = 5
+	// The certificate and the kubeconfig are written.
+	BootstrapState_BOOTSTRAP_STATE_DONE BootstrapState = 6
+)
+
+// Enum value maps for BootstrapState.
+var (
+	BootstrapState_name = map[int32]string{
+		0: "BOOTSTRAP_STATE_UNSPECIFIED",
+		1: "BOOTSTRAP_STATE_NOT_CONFIGURED",
+		2: "BOOTSTRAP_STATE_NOT_NEEDED",
+		3: "BOOTSTRAP_STATE_BOOTSTRAPPING",
+		4: "BOOTSTRAP_STATE_WAITING_FOR_APPROVAL",
+		5: "BOOTSTRAP_STATE_FAILED",
+		6: "BOOTSTRAP_STATE_DONE",
+	}
+	BootstrapState_value = map[string]int32{
+		"BOOTSTRAP_STATE_UNSPECIFIED":          0,
+		"BOOTSTRAP_STATE_NOT_CONFIGURED":       1,
+		"BOOTSTRAP_STATE_NOT_NEEDED":           2,
+		"BOOTSTRAP_STATE_BOOTSTRAPPING":        3,
+		"BOOTSTRAP_STATE_WAITING_FOR_APPROVAL": 4,
+		"BOOTSTRAP_STATE_FAILED":               5,
+		"BOOTSTRAP_STATE_DONE":                 6,
+	}
+)
+
+func (x BootstrapState) Enum() *BootstrapState {
+	p := new(BootstrapState)
+	*p = x
+	return p
+}
+
+func (x BootstrapState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BootstrapState) Descriptor() protoreflect.EnumDescriptor {
+	return file_unitlet_config_v1_config_proto_enumTypes[1].Descriptor()
+}
+
+func (BootstrapState) Type() protoreflect.EnumType {
+	return &file_unitlet_config_v1_config_proto_enumTypes[1]
+}
+
+func (x BootstrapState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BootstrapState.Descriptor instead.
+func (BootstrapState) EnumDescriptor() ([]byte, []int) {
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
 type GetConfigRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -337,6 +404,86 @@ func (x *GetReloadStatusResponse) GetStatus() *ReloadStatus {
 	return nil
 }
 
+type GetBootstrapStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBootstrapStatusRequest) Reset() {
+	*x = GetBootstrapStatusRequest{}
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBootstrapStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBootstrapStatusRequest) ProtoMessage() {}
+
+func (x *GetBootstrapStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBootstrapStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetBootstrapStatusRequest) Descriptor() ([]byte, []int) {
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{6}
+}
+
+type GetBootstrapStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *BootstrapStatus       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBootstrapStatusResponse) Reset() {
+	*x = GetBootstrapStatusResponse{}
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBootstrapStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBootstrapStatusResponse) ProtoMessage() {}
+
+func (x *GetBootstrapStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBootstrapStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetBootstrapStatusResponse) Descriptor() ([]byte, []int) {
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetBootstrapStatusResponse) GetStatus() *BootstrapStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 // NodeConfig is one generation of the node's configuration.
 type NodeConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -363,7 +510,7 @@ type NodeConfig struct {
 
 func (x *NodeConfig) Reset() {
 	*x = NodeConfig{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[6]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +522,7 @@ func (x *NodeConfig) String() string {
 func (*NodeConfig) ProtoMessage() {}
 
 func (x *NodeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[6]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +535,7 @@ func (x *NodeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
 func (*NodeConfig) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeConfig) GetGeneration() uint64 {
@@ -454,7 +601,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[7]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +613,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[7]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +626,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Source) GetKind() SourceKind {
@@ -522,7 +669,7 @@ type NodeIdentity struct {
 
 func (x *NodeIdentity) Reset() {
 	*x = NodeIdentity{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[8]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +681,7 @@ func (x *NodeIdentity) String() string {
 func (*NodeIdentity) ProtoMessage() {}
 
 func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[8]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +694,7 @@ func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdentity.ProtoReflect.Descriptor instead.
 func (*NodeIdentity) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeIdentity) GetName() string {
@@ -598,7 +745,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[9]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +757,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[9]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +770,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Taint) GetKey() string {
@@ -664,7 +811,7 @@ type Paths struct {
 
 func (x *Paths) Reset() {
 	*x = Paths{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[10]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +823,7 @@ func (x *Paths) String() string {
 func (*Paths) ProtoMessage() {}
 
 func (x *Paths) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[10]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +836,7 @@ func (x *Paths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Paths.ProtoReflect.Descriptor instead.
 func (*Paths) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Paths) GetKubeconfig() string {
@@ -743,7 +890,7 @@ type ReloadStatus struct {
 
 func (x *ReloadStatus) Reset() {
 	*x = ReloadStatus{}
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[11]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +902,7 @@ func (x *ReloadStatus) String() string {
 func (*ReloadStatus) ProtoMessage() {}
 
 func (x *ReloadStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_config_v1_config_proto_msgTypes[11]
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +915,7 @@ func (x *ReloadStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadStatus.ProtoReflect.Descriptor instead.
 func (*ReloadStatus) Descriptor() ([]byte, []int) {
-	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReloadStatus) GetLastReloadSuccessful() bool {
@@ -827,6 +974,115 @@ func (x *ReloadStatus) GetTrigger() string {
 	return ""
 }
 
+// BootstrapStatus is the state of the TLS bootstrap: getting the node's first client
+// certificate with the bootstrap kubeconfig's credentials.
+type BootstrapStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State BootstrapState         `protobuf:"varint,1,opt,name=state,proto3,enum=unitlet.config.v1.BootstrapState" json:"state,omitempty"`
+	// What is happening, in one line.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Bootstrap attempts since unitlet-config started.
+	Attempts uint32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Why the last attempt failed, with what to do about it; empty after a success.
+	LastError string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When the next attempt starts, while FAILED.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// The certificate signing request of the current or last attempt.
+	CsrName string `protobuf:"bytes,6,opt,name=csr_name,json=csrName,proto3" json:"csr_name,omitempty"`
+	// When the kubeconfig's client certificate expires, once it is usable.
+	CertificateNotAfter *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=certificate_not_after,json=certificateNotAfter,proto3" json:"certificate_not_after,omitempty"`
+	// When state last changed.
+	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *BootstrapStatus) Reset() {
+	*x = BootstrapStatus{}
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootstrapStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootstrapStatus) ProtoMessage() {}
+
+func (x *BootstrapStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_config_v1_config_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootstrapStatus.ProtoReflect.Descriptor instead.
+func (*BootstrapStatus) Descriptor() ([]byte, []int) {
+	return file_unitlet_config_v1_config_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BootstrapStatus) GetState() BootstrapState {
+	if x != nil {
+		return x.State
+	}
+	return BootstrapState_BOOTSTRAP_STATE_UNSPECIFIED
+}
+
+func (x *BootstrapStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BootstrapStatus) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *BootstrapStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *BootstrapStatus) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *BootstrapStatus) GetCsrName() string {
+	if x != nil {
+		return x.CsrName
+	}
+	return ""
+}
+
+func (x *BootstrapStatus) GetCertificateNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CertificateNotAfter
+	}
+	return nil
+}
+
+func (x *BootstrapStatus) GetLastTransitionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return nil
+}
+
 var File_unitlet_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_unitlet_config_v1_config_proto_rawDesc = "" +
@@ -841,7 +1097,10 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x1d.unitlet.config.v1.NodeConfigR\x06config\"\x18\n" +
 	"\x16GetReloadStatusRequest\"R\n" +
 	"\x17GetReloadStatusResponse\x127\n" +
-	"\x06status\x18\x01 \x01(\v2\x1f.unitlet.config.v1.ReloadStatusR\x06status\"\xc8\x02\n" +
+	"\x06status\x18\x01 \x01(\v2\x1f.unitlet.config.v1.ReloadStatusR\x06status\"\x1b\n" +
+	"\x19GetBootstrapStatusRequest\"X\n" +
+	"\x1aGetBootstrapStatusResponse\x12:\n" +
+	"\x06status\x18\x01 \x01(\v2\".unitlet.config.v1.BootstrapStatusR\x06status\"\xc8\x02\n" +
 	"\n" +
 	"NodeConfig\x12\x1e\n" +
 	"\n" +
@@ -888,7 +1147,17 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
 	"generation\x12\x18\n" +
-	"\atrigger\x18\b \x01(\tR\atrigger*\xa6\x01\n" +
+	"\atrigger\x18\b \x01(\tR\atrigger\"\xa0\x03\n" +
+	"\x0fBootstrapStatus\x127\n" +
+	"\x05state\x18\x01 \x01(\x0e2!.unitlet.config.v1.BootstrapStateR\x05state\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x12F\n" +
+	"\x11next_attempt_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x19\n" +
+	"\bcsr_name\x18\x06 \x01(\tR\acsrName\x12N\n" +
+	"\x15certificate_not_after\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x13certificateNotAfter\x12L\n" +
+	"\x14last_transition_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime*\xa6\x01\n" +
 	"\n" +
 	"SourceKind\x12\x1b\n" +
 	"\x17SOURCE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -896,11 +1165,20 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\x10SOURCE_KIND_FILE\x10\x02\x12\x17\n" +
 	"\x13SOURCE_KIND_DROP_IN\x10\x03\x12\x1b\n" +
 	"\x17SOURCE_KIND_ENVIRONMENT\x10\x04\x12\x15\n" +
-	"\x11SOURCE_KIND_FLAGS\x10\x052\xb1\x02\n" +
+	"\x11SOURCE_KIND_FLAGS\x10\x05*\xf8\x01\n" +
+	"\x0eBootstrapState\x12\x1f\n" +
+	"\x1bBOOTSTRAP_STATE_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eBOOTSTRAP_STATE_NOT_CONFIGURED\x10\x01\x12\x1e\n" +
+	"\x1aBOOTSTRAP_STATE_NOT_NEEDED\x10\x02\x12!\n" +
+	"\x1dBOOTSTRAP_STATE_BOOTSTRAPPING\x10\x03\x12(\n" +
+	"$BOOTSTRAP_STATE_WAITING_FOR_APPROVAL\x10\x04\x12\x1a\n" +
+	"\x16BOOTSTRAP_STATE_FAILED\x10\x05\x12\x18\n" +
+	"\x14BOOTSTRAP_STATE_DONE\x10\x062\xa4\x03\n" +
 	"\rConfigService\x12V\n" +
 	"\tGetConfig\x12#.unitlet.config.v1.GetConfigRequest\x1a$.unitlet.config.v1.GetConfigResponse\x12^\n" +
 	"\vWatchConfig\x12%.unitlet.config.v1.WatchConfigRequest\x1a&.unitlet.config.v1.WatchConfigResponse0\x01\x12h\n" +
-	"\x0fGetReloadStatus\x12).unitlet.config.v1.GetReloadStatusRequest\x1a*.unitlet.config.v1.GetReloadStatusResponseB=Z;github.com/unitlet/unitlet/proto/unitlet/config/v1;configv1b\x06proto3"
+	"\x0fGetReloadStatus\x12).unitlet.config.v1.GetReloadStatusRequest\x1a*.unitlet.config.v1.GetReloadStatusResponse\x12q\n" +
+	"\x12GetBootstrapStatus\x12,.unitlet.config.v1.GetBootstrapStatusRequest\x1a-.unitlet.config.v1.GetBootstrapStatusResponseB=Z;github.com/unitlet/unitlet/proto/unitlet/config/v1;configv1b\x06proto3"
 
 var (
 	file_unitlet_config_v1_config_proto_rawDescOnce sync.Once
@@ -914,49 +1192,60 @@ func file_unitlet_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_unitlet_config_v1_config_proto_rawDescData
 }
 
-var file_unitlet_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_unitlet_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_unitlet_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_unitlet_config_v1_config_proto_goTypes = []any{
-	(SourceKind)(0),                 // 0: unitlet.config.v1.SourceKind
-	(*GetConfigRequest)(nil),        // 1: unitlet.config.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 2: unitlet.config.v1.GetConfigResponse
-	(*WatchConfigRequest)(nil),      // 3: unitlet.config.v1.WatchConfigRequest
-	(*WatchConfigResponse)(nil),     // 4: unitlet.config.v1.WatchConfigResponse
-	(*GetReloadStatusRequest)(nil),  // 5: unitlet.config.v1.GetReloadStatusRequest
-	(*GetReloadStatusResponse)(nil), // 6: unitlet.config.v1.GetReloadStatusResponse
-	(*NodeConfig)(nil),              // 7: unitlet.config.v1.NodeConfig
-	(*Source)(nil),                  // 8: unitlet.config.v1.Source
-	(*NodeIdentity)(nil),            // 9: unitlet.config.v1.NodeIdentity
-	(*Taint)(nil),                   // 10: unitlet.config.v1.Taint
-	(*Paths)(nil),                   // 11: unitlet.config.v1.Paths
-	(*ReloadStatus)(nil),            // 12: unitlet.config.v1.ReloadStatus
-	nil,                             // 13: unitlet.config.v1.NodeIdentity.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 14: google.protobuf.Timestamp
+	(SourceKind)(0),                    // 0: unitlet.config.v1.SourceKind
+	(BootstrapState)(0),                // 1: unitlet.config.v1.BootstrapState
+	(*GetConfigRequest)(nil),           // 2: unitlet.config.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),          // 3: unitlet.config.v1.GetConfigResponse
+	(*WatchConfigRequest)(nil),         // 4: unitlet.config.v1.WatchConfigRequest
+	(*WatchConfigResponse)(nil),        // 5: unitlet.config.v1.WatchConfigResponse
+	(*GetReloadStatusRequest)(nil),     // 6: unitlet.config.v1.GetReloadStatusRequest
+	(*GetReloadStatusResponse)(nil),    // 7: unitlet.config.v1.GetReloadStatusResponse
+	(*GetBootstrapStatusRequest)(nil),  // 8: unitlet.config.v1.GetBootstrapStatusRequest
+	(*GetBootstrapStatusResponse)(nil), // 9: unitlet.config.v1.GetBootstrapStatusResponse
+	(*NodeConfig)(nil),                 // 10: unitlet.config.v1.NodeConfig
+	(*Source)(nil),                     // 11: unitlet.config.v1.Source
+	(*NodeIdentity)(nil),               // 12: unitlet.config.v1.NodeIdentity
+	(*Taint)(nil),                      // 13: unitlet.config.v1.Taint
+	(*Paths)(nil),                      // 14: unitlet.config.v1.Paths
+	(*ReloadStatus)(nil),               // 15: unitlet.config.v1.ReloadStatus
+	(*BootstrapStatus)(nil),            // 16: unitlet.config.v1.BootstrapStatus
+	nil,                                // 17: unitlet.config.v1.NodeIdentity.LabelsEntry
+	(*timestamppb.Timestamp)(nil),      // 18: google.protobuf.Timestamp
 }
 var file_unitlet_config_v1_config_proto_depIdxs = []int32{
-	7,  // 0: unitlet.config.v1.GetConfigResponse.config:type_name -> unitlet.config.v1.NodeConfig
-	7,  // 1: unitlet.config.v1.WatchConfigResponse.config:type_name -> unitlet.config.v1.NodeConfig
-	12, // 2: unitlet.config.v1.GetReloadStatusResponse.status:type_name -> unitlet.config.v1.ReloadStatus
-	8,  // 3: unitlet.config.v1.NodeConfig.sources:type_name -> unitlet.config.v1.Source
-	9,  // 4: unitlet.config.v1.NodeConfig.node:type_name -> unitlet.config.v1.NodeIdentity
-	11, // 5: unitlet.config.v1.NodeConfig.paths:type_name -> unitlet.config.v1.Paths
-	14, // 6: unitlet.config.v1.NodeConfig.load_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: unitlet.config.v1.Source.kind:type_name -> unitlet.config.v1.SourceKind
-	13, // 8: unitlet.config.v1.NodeIdentity.labels:type_name -> unitlet.config.v1.NodeIdentity.LabelsEntry
-	10, // 9: unitlet.config.v1.NodeIdentity.taints:type_name -> unitlet.config.v1.Taint
-	14, // 10: unitlet.config.v1.ReloadStatus.last_attempt_time:type_name -> google.protobuf.Timestamp
-	14, // 11: unitlet.config.v1.ReloadStatus.last_success_time:type_name -> google.protobuf.Timestamp
-	1,  // 12: unitlet.config.v1.ConfigService.GetConfig:input_type -> unitlet.config.v1.GetConfigRequest
-	3,  // 13: unitlet.config.v1.ConfigService.WatchConfig:input_type -> unitlet.config.v1.WatchConfigRequest
-	5,  // 14: unitlet.config.v1.ConfigService.GetReloadStatus:input_type -> unitlet.config.v1.GetReloadStatusRequest
-	2,  // 15: unitlet.config.v1.ConfigService.GetConfig:output_type -> unitlet.config.v1.GetConfigResponse
-	4,  // 16: unitlet.config.v1.ConfigService.WatchConfig:output_type -> unitlet.config.v1.WatchConfigResponse
-	6,  // 17: unitlet.config.v1.ConfigService.GetReloadStatus:output_type -> unitlet.config.v1.GetReloadStatusResponse
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 0: unitlet.config.v1.GetConfigResponse.config:type_name -> unitlet.config.v1.NodeConfig
+	10, // 1: unitlet.config.v1.WatchConfigResponse.config:type_name -> unitlet.config.v1.NodeConfig
+	15, // 2: unitlet.config.v1.GetReloadStatusResponse.status:type_name -> unitlet.config.v1.ReloadStatus
+	16, // 3: unitlet.config.v1.GetBootstrapStatusResponse.status:type_name -> unitlet.config.v1.BootstrapStatus
+	11, // 4: unitlet.config.v1.NodeConfig.sources:type_name -> unitlet.config.v1.Source
+	12, // 5: unitlet.config.v1.NodeConfig.node:type_name -> unitlet.config.v1.NodeIdentity
+	14, // 6: unitlet.config.v1.NodeConfig.paths:type_name -> unitlet.config.v1.Paths
+	18, // 7: unitlet.config.v1.NodeConfig.load_time:type_name -> google.protobuf.Timestamp
+	0,  // 8: unitlet.config.v1.Source.kind:type_name -> unitlet.config.v1.SourceKind
+	17, // 9: unitlet.config.v1.NodeIdentity.labels:type_name -> unitlet.config.v1.NodeIdentity.LabelsEntry
+	13, // 10: unitlet.config.v1.NodeIdentity.taints:type_name -> unitlet.config.v1.Taint
+	18, // 11: unitlet.config.v1.ReloadStatus.last_attempt_time:type_name -> google.protobuf.Timestamp
+	18, // 12: unitlet.config.v1.ReloadStatus.last_success_time:type_name -> google.protobuf.Timestamp
+	1,  // 13: unitlet.config.v1.BootstrapStatus.state:type_name -> unitlet.config.v1.BootstrapState
+	18, // 14: unitlet.config.v1.BootstrapStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	18, // 15: unitlet.config.v1.BootstrapStatus.certificate_not_after:type_name -> google.protobuf.Timestamp
+	18, // 16: unitlet.config.v1.BootstrapStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	2,  // 17: unitlet.config.v1.ConfigService.GetConfig:input_type -> unitlet.config.v1.GetConfigRequest
+	4,  // 18: unitlet.config.v1.ConfigService.WatchConfig:input_type -> unitlet.config.v1.WatchConfigRequest
+	6,  // 19: unitlet.config.v1.ConfigService.GetReloadStatus:input_type -> unitlet.config.v1.GetReloadStatusRequest
+	8,  // 20: unitlet.config.v1.ConfigService.GetBootstrapStatus:input_type -> unitlet.config.v1.GetBootstrapStatusRequest
+	3,  // 21: unitlet.config.v1.ConfigService.GetConfig:output_type -> unitlet.config.v1.GetConfigResponse
+	5,  // 22: unitlet.config.v1.ConfigService.WatchConfig:output_type -> unitlet.config.v1.WatchConfigResponse
+	7,  // 23: unitlet.config.v1.ConfigService.GetReloadStatus:output_type -> unitlet.config.v1.GetReloadStatusResponse
+	9,  // 24: unitlet.config.v1.ConfigService.GetBootstrapStatus:output_type -> unitlet.config.v1.GetBootstrapStatusResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_config_v1_config_proto_init() }
@@ -969,8 +1258,8 @@ func file_unitlet_config_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_config_v1_config_proto_rawDesc), len(file_unitlet_config_v1_config_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,9 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConfigService_GetConfig_FullMethodName       = "/unitlet.config.v1.ConfigService/GetConfig"
-	ConfigService_WatchConfig_FullMethodName     = "/unitlet.config.v1.ConfigService/WatchConfig"
-	ConfigService_GetReloadStatus_FullMethodName = "/unitlet.config.v1.ConfigService/GetReloadStatus"
+	ConfigService_GetConfig_FullMethodName          = "/unitlet.config.v1.ConfigService/GetConfig"
+	ConfigService_WatchConfig_FullMethodName        = "/unitlet.config.v1.ConfigService/WatchConfig"
+	ConfigService_GetReloadStatus_FullMethodName    = "/unitlet.config.v1.ConfigService/GetReloadStatus"
+	ConfigService_GetBootstrapStatus_FullMethodName = "/unitlet.config.v1.ConfigService/GetBootstrapStatus"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -41,6 +42,9 @@ type ConfigServiceClient interface {
 	WatchConfig(ctx context.Context, in *WatchConfigRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchConfigResponse], error)
 	// GetReloadStatus reports the result of the last load or reload.
 	GetReloadStatus(ctx context.Context, in *GetReloadStatusRequest, opts ...grpc.CallOption) (*GetReloadStatusResponse, error)
+	// GetBootstrapStatus reports the TLS bootstrap: whether the node needs one, how it is
+	// going, and why it last failed.
+	GetBootstrapStatus(ctx context.Context, in *GetBootstrapStatusRequest, opts ...grpc.CallOption) (*GetBootstrapStatusResponse, error)
 }
 
 type configServiceClient struct {
@@ -90,6 +94,16 @@ func (c *configServiceClient) GetReloadStatus(ctx context.Context, in *GetReload
 	return out, nil
 }
 
+func (c *configServiceClient) GetBootstrapStatus(ctx context.Context, in *GetBootstrapStatusRequest, opts ...grpc.CallOption) (*GetBootstrapStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBootstrapStatusResponse)
+	err := c.cc.Invoke(ctx, ConfigService_GetBootstrapStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -104,6 +118,9 @@ type ConfigServiceServer interface {
 	WatchConfig(*WatchConfigRequest, grpc.ServerStreamingServer[WatchConfigResponse]) error
 	// GetReloadStatus reports the result of the last load or reload.
 	GetReloadStatus(context.Context, *GetReloadStatusRequest) (*GetReloadStatusResponse, error)
+	// GetBootstrapStatus reports the TLS bootstrap: whether the node needs one, how it is
+	// going, and why it last failed.
+	GetBootstrapStatus(context.Context, *GetBootstrapStatusRequest) (*GetBootstrapStatusResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -122,6 +139,9 @@ func (UnimplementedConfigServiceServer) WatchConfig(*WatchConfigRequest, grpc.Se
 }
 func (UnimplementedConfigServiceServer) GetReloadStatus(context.Context, *GetReloadStatusRequest) (*GetReloadStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReloadStatus not implemented")
+}
+func (UnimplementedConfigServiceServer) GetBootstrapStatus(context.Context, *GetBootstrapStatusRequest) (*GetBootstrapStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBootstrapStatus not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -191,6 +211,24 @@ func _ConfigService_GetReloadStatus_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_GetBootstrapStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBootstrapStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).GetBootstrapStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_GetBootstrapStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).GetBootstrapStatus(ctx, req.(*GetBootstrapStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -205,6 +243,10 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReloadStatus",
 			Handler:    _ConfigService_GetReloadStatus_Handler,
+		},
+		{
+			MethodName: "GetBootstrapStatus",
+			Handler:    _ConfigService_GetBootstrapStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
