@@ -26,7 +26,10 @@ const maxExposure = 3.0
 // ProtectHome=, PrivateTmp=, PrivateDevices=, PrivateMounts=, ProtectKernel*=,
 // ProtectControlGroups=, ProtectProc=) is out: about 2.0 of its exposure, as for the
 // kubelet.
+// unitlet-certs has no reason to go above 2.0: it only writes the certificate directory and
+// talks to the API server.
 var exposureCeilings = map[string]float64{
+	"unitlet-certs.service":   2.0,
 	"unitlet-volumes.service": 4.5,
 }
 
@@ -39,6 +42,7 @@ const binDir = "/usr/local/bin/"
 // capabilities is the capability bounding set each service may keep, space-separated. A new
 // service must be added here: its capabilities are a decision, not a default.
 var capabilities = map[string]string{
+	"unitlet-certs.service":   "",
 	"unitlet-config.service":  "",
 	"unitlet-podsync.service": "",
 	"unitlet-status.service":  "",

@@ -5,6 +5,7 @@
 //	unitletctl config                the effective configuration, its generation and the last reload
 //	unitletctl pods                  the node's pods: status, readiness, restarts, age, IP
 //	unitletctl node                  the node in the API: registration, conditions, lease
+//	unitletctl certs [rotate KIND]   the node's certificates and their rotation; force one
 //	unitletctl version               unitletctl's own version
 //
 // Output is a table or YAML; -o json prints JSON.
@@ -46,6 +47,8 @@ Commands:
   config               the node's effective configuration, its generation and the last reload
   pods                 the node's pods (unitlet-podsync): status, ready, restarts, age, IP, source
   node                 the node in the API (unitlet-status): registration, conditions, lease, pod status writes
+  certs                the node's certificates (unitlet-certs): subject, not-after, next rotation, state
+  certs rotate [client|serving]  force a rotation and follow it until the new certificate is in use
   version              unitletctl's version
 
 Flags:
@@ -106,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		err = nodeCmd(ctx, g, time.Now())
+	case "certs":
+		err = certsCmd(ctx, g, rest, time.Now())
 	case "version":
 		fmt.Fprintln(stdout, version.String("unitletctl"))
 	default:

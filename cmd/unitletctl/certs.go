@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
+)
+
+// certsCmd shows the node's certificates as unitlet-certs keeps them, or with "rotate
+// [client|serving]" forces a rotation and follows it until the new certificate is in use.
+func certsCmd(ctx context.Context, g globals, args []string, now time.Time) error {
+	if len(args) > 0 && args[0] == "rotate" {
+		return certsRotateCmd(ctx, g, args[1:])
+	}
+	if len(args) > 0 {
+		return usageError(fmt.Errorf("certs: unknown argument %q; want nothing, or rotate [client|serving]", args[0]))
+	}
+	conn, path, err := dial(g, "certs")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	resp, err := certsv1.NewCertsServiceClient(conn).ListCertificates(ctx, &certsv1.ListCertificatesRequest{})
+	if err != nil {
+		return explain("certs", path, err)
+	}
+	if g.output == "json" {
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(g.stdout, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tSUBJECT\tNOT-AFTER\tNEXT-ROTATION\tSTATE")
+	for _, c := range resp.GetCertificates() {
+		notAfter, next := "-", "-"
+		if c.GetNotAfter() != nil {
+			notAfter = fmt.Sprintf("%s (%s)", stamp(c.GetNotAfter().AsTime()), relative(c.GetNotAfter().AsTime(), now))
+		}
+		if c.GetNextRotation() != nil {
+			next = fmt.Sprintf("%s (%s)", stamp(c.GetNextRotation().AsTime()), relative(c.GetNextRotation().AsTime(), now))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", kindName(c.GetKind()), dash(c.GetSubject()), notAfter, next, c.GetState())
+	}
+	return tw.Flush()
+}
+
+// certsRotateCmd forces a rotation, printing each state the certificate goes through.
+func certsRotateCmd(ctx context.Context, g globals, args []string) error {
+	fs := pflag.NewFlagSet("unitletctl certs rotate", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	wait := fs.Duration("wait", 15*time.Minute, "how long to wait for the new certificate (the rotation goes on after that)")
+	if err := fs.Parse(args); err != nil {
+		return usageError(fmt.Errorf("certs rotate: %w", err))
+	}
+	kind := certsv1.CertificateKind_CERTIFICATE_KIND_CLIENT
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		switch fs.Arg(0) {
+		case "client":
+		case "serving":
+			kind = certsv1.CertificateKind_CERTIFICATE_KIND_SERVING
+		default:
+			return usageError(fmt.Errorf("certs rotate: unknown kind %q; want client or serving", fs.Arg(0)))
+		}
+	default:
+		return usageError(fmt.Errorf("certs rotate: want at most one kind, client or serving"))
+	}
+	conn, path, err := dial(g, "certs")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := certsv1.NewCertsServiceClient(conn)
+	ctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+
+	// Progress: every state the certificate goes through while the rotation runs.
+	wctx, stopWatch := context.WithCancel(ctx)
+	stream, err := client.WatchCertificates(wctx, &certsv1.WatchCertificatesRequest{})
+	if err != nil {
+		stopWatch()
+		return explain("certs", path, err)
+	}
+	subscribed, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		last := ""
+		for i := 0; ; i++ {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			for _, c := range resp.GetCertificates() {
+				if c.GetKind() == kind && c.GetState() != last {
+					if i > 0 { // the first list is the state before the call
+						fmt.Fprintf(g.stdout, "%s  %s: %s\n", time.Now().Format(time.TimeOnly), kindName(kind), c.GetState())
+					}
+					last = c.GetState()
+				}
+			}
+			if i == 0 {
+				close(subscribed)
+			}
+		}
+	}()
+	select { // without progress lines if the watch fails; Rotate says why
+	case <-subscribed:
+	case <-watched:
+	}
+	resp, err := client.Rotate(ctx, &certsv1.RotateRequest{Kind: kind})
+	stopWatch()
+	<-watched
+	if err != nil {
+		return explain("certs", path, err)
+	}
+	c := resp.GetCertificate()
+	fmt.Fprintf(g.stdout, "rotated the %s certificate: serial %s, not after %s\n", kindName(kind), c.GetSerial(), stamp(c.GetNotAfter().AsTime()))
+	return nil
+}
+
+func kindName(k certsv1.CertificateKind) string {
+	return strings.ToLower(strings.TrimPrefix(k.String(), "CERTIFICATE_KIND_"))
+}
+
+// relative is "in 3h" or "5m ago".
+func relative(t, now time.Time) string {
+	if d := t.Sub(now); d >= 0 {
+		return "in " + age(d)
+	}
+	return age(now.Sub(t)) + " ago"
+}

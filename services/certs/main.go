@@ -1,0 +1,104 @@
+// Package certs is unitlet-certs: it keeps the node's certificates current. The client
+// certificate that unitlet-config's TLS bootstrap wrote (kubelet-client-current.pem, which
+// the kubeconfig points at) is renewed at a jittered 70 to 90% of its lifetime with the
+// node's current credentials; with serverTLSBootstrap, a serving certificate for the node
+// API (kubelet-server-current.pem, the hostname and node IPs as SANs) is requested and
+// renewed the same way. Every client reloads the files by itself: nobody restarts.
+package certs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/peercred"
+	"github.com/unitlet/unitlet/shared/pki"
+)
+
+// ServiceName is unitlet-certs's name on the bus.
+const ServiceName = "certs"
+
+// Main runs unitlet-certs and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return daemon.Main(ctx, ServiceName, "unitlet-certs rotates the node's client certificate before it expires and, with\nserverTLSBootstrap, requests and rotates the node API's serving certificate. It reads the\nnode's configuration from unitlet-config over the bus; process settings come from\nUNITLET_* variables (see the README).", args, stdout, stderr, run)
+}
+
+func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
+	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
+	if err != nil {
+		return err
+	}
+	kc := cfg.KubeletConfiguration
+	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+		return err
+	}
+	certDir := cfg.Paths.GetCertDir()
+	if certDir == "" {
+		certDir = filepath.Join(cfg.Paths.GetRootDir(), "pki")
+	}
+	opts := Options{
+		CertDir: certDir,
+		Node:    cfg.Identity(),
+		Serving: kc.ServerTLSBootstrap,
+		Clock:   clock.RealClock{},
+		Logger:  log,
+	}
+	client, rc, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-certs", kc)
+	switch {
+	case errors.Is(err, kube.ErrStandalone):
+		log.Info("running standalone: no certificate to rotate", "reason", err)
+		opts.Standalone = err.Error()
+	case err != nil:
+		return daemon.ConfigError(err)
+	default:
+		opts.Client = client
+		opts.ClientCredentials = otherCredentials(rc, pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}.CurrentPath())
+		if opts.ClientCredentials != "" {
+			log.Info("the client certificate is not rotated", "reason", opts.ClientCredentials)
+		}
+	}
+
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	opts.Metrics = newMetrics(d.Registry())
+	m := NewManager(opts)
+	registerTTL(d.Registry(), m, opts.Clock.Now)
+	certsv1.RegisterCertsServiceServer(d.Server(), NewServer(m))
+	d.Authorizer().Allow("/"+certsv1.CertsService_ServiceDesc.ServiceName+"/Rotate", peercred.Root())
+	d.SetHealthCheck(m.Healthy)
+
+	// Rotation: one loop per certificate; each renews at its deadline, on Rotate, and
+	// retries failures with backoff for as long as it takes.
+	d.Go("rotate", m.Run)
+	return d.Run(ctx)
+}
+
+// otherCredentials says why the kubeconfig's credentials are not the client store's
+// certificate at link, or "" when they are.
+func otherCredentials(rc *rest.Config, link string) string {
+	tc := rc.TLSClientConfig
+	switch {
+	case len(tc.CertData) > 0:
+		return "the kubeconfig carries its client certificate inline"
+	case tc.CertFile == "":
+		return "the kubeconfig authenticates without a client certificate (a token or a plugin)"
+	case filepath.Clean(tc.CertFile) == filepath.Clean(link):
+		return ""
+	}
+	a, aerr := os.Lstat(tc.CertFile)
+	b, berr := os.Lstat(link)
+	if aerr == nil && berr == nil && os.SameFile(a, b) {
+		return ""
+	}
+	return fmt.Sprintf("the kubeconfig's client certificate is %s, not %s", tc.CertFile, link)
+}
