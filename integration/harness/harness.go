@@ -384,7 +384,7 @@ func (h *Harness) buildUnitlet() error {
 		ldflags = "-X github.com/unitlet/unitlet/shared/version.Version=" + v +
 			" -X github.com/unitlet/unitlet/shared/version.GitCommit=" + git("rev-parse", "HEAD")
 	}
-	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-podsync", "./cmd/unitlet-status", "./cmd/unitlet-volumes", "./cmd/unitletctl")
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-certs", "./cmd/unitlet-podsync", "./cmd/unitlet-status", "./cmd/unitlet-volumes", "./cmd/unitletctl")
 	cmd.Dir = h.repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {

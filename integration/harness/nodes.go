@@ -65,6 +65,11 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				if !h.stack.Standalone {
 					args = append(args, "--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
 				}
+				if n.Bootstrap {
+					// A node that bootstraps starts without a kubeconfig, each time the
+					// harness starts its config: the test is the bootstrap.
+					_ = os.RemoveAll(filepath.Join(dir, "kubeconfig"))
+				}
 				return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin, args...)
 			},
 			ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
@@ -112,6 +117,9 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	}
 	if h.stack.Standalone {
 		return nil // no API server: no credentials, so podsync runs static pods only
+	}
+	if n.Bootstrap {
+		return nil // only the bootstrap token: unitlet-config writes the kubeconfig
 	}
 	cert, key, err := h.nodeClientCert(n, f)
 	if err != nil {
@@ -234,4 +242,16 @@ func (h *Harness) HasNode(name string) bool {
 		}
 	}
 	return false
+}
+
+// NodeCredentials are the node's --kubeconfig and --cert-dir (the default, <root-dir>/pki)
+// as its unitlet-config sees them.
+func (h *Harness) NodeCredentials(node string) (kubeconfig, certDir string) {
+	certDir = filepath.Join(h.nodeRootDir(node), "pki")
+	for _, n := range h.stack.Nodes {
+		if n.Name == node && n.Backend == "nspawn" {
+			return h.nodeKubeconfig(node), certDir
+		}
+	}
+	return filepath.Join(h.nodeDir(node), "kubeconfig"), certDir
 }

@@ -63,6 +63,10 @@ type Node struct {
 	// a machine's mounts never reach the host. On a real node there is one mount namespace
 	// and the unit runs them all.
 	HostServices []string `json:"hostServices,omitempty"`
+	// Bootstrap starts the node with no credentials but the stack's bootstrap token:
+	// unitlet-config makes its client certificate by TLS bootstrapping, as a new node
+	// joining a cluster does. Process nodes only, for now.
+	Bootstrap bool `json:"bootstrap,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -153,6 +157,9 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].hostServices[%d] %q: only an nspawn node may run volumes (and only volumes) on the host, and not also in the machine", path, i, j, svc)
 			}
 		}
+		if n.Bootstrap && (n.Backend != "process" || s.Standalone) {
+			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a process node of a stack with an API server bootstraps (so far)", path, i)
+		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
 			return nil, fmt.Errorf("%s: nodes[%d].services: config must come first (the others read the configuration from it)", path, i)
 		}
@@ -161,6 +168,6 @@ func LoadStack(path string) (*Stack, error) {
 }
 
 // knownServices are the unitlet services a node may run.
-var knownServices = []string{"config", "podsync", "status", "volumes"}
+var knownServices = []string{"config", "certs", "podsync", "status", "volumes"}
 
 func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }
