@@ -8,6 +8,7 @@
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
 //	unitlet-harness exec       [-f STACK.yaml] NODE -- CMD...
 //	unitlet-harness kubeconfig [-f STACK.yaml]
+//	unitlet-harness approve-csrs --kubeconfig ADMIN (the stack's approver of serving CSRs)
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/integration/harness"
@@ -32,6 +34,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "approve-csrs" {
+		// Run by the stack itself, from its bin directory: no repository needed.
+		return approveCSRs(args[1:], stdout, stderr)
+	}
 	repo, err := integration.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlet-harness:", err)
@@ -78,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, h.Logs(*lines, fs.Args()...))
 	case "kubeconfig":
 		fmt.Fprintln(stdout, h.AdminKubeconfig())
+
 	case "exec":
 		rest := fs.Args()
 		if len(rest) > 1 && rest[1] == "--" {
@@ -104,6 +111,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlet-harness:", err)
+		return 1
+	}
+	return 0
+}
+
+// approveCSRs runs the stack's approver of nodes' serving CSRs until SIGTERM.
+func approveCSRs(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("unitlet-harness approve-csrs", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	kubeconfig := fs.String("kubeconfig", "", "the stack's admin kubeconfig")
+	if err := fs.Parse(args); err != nil || *kubeconfig == "" {
+		fmt.Fprintln(stderr, "usage: unitlet-harness approve-csrs --kubeconfig ADMIN.kubeconfig")
+		return 2
+	}
+	rc, err := harness.RESTConfig(*kubeconfig)
+	if err == nil {
+		var c kubernetes.Interface
+		if c, err = kubernetes.NewForConfig(rc); err == nil {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fmt.Fprintln(stdout, "approving nodes' kubelet-serving CSRs")
+			err = harness.ApproveServingCSRs(ctx, c, stdout)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlet-harness approve-csrs:", err)
 		return 1
 	}
 	return 0

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -178,6 +179,11 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if !h.stack.Standalone && slices.ContainsFunc(h.stack.Nodes, func(n Node) bool { return n.ServerTLSBootstrap }) {
+		if err := h.ensure(ctx, st, h.approver()); err != nil {
+			return err
+		}
+	}
 	if h.hasBackend("nspawn") {
 		if err := h.step("nspawn machine tree", h.ensureNspawnTree); err != nil {
 			return err
@@ -257,6 +263,19 @@ func (h *Harness) Leftovers(st *state) []string {
 		out = append(out, "directory "+h.paths.root)
 	}
 	return out
+}
+
+// approver runs `unitlet-harness approve-csrs`: the approver of nodes' serving CSRs that
+// a cluster with serverTLSBootstrap needs (ApproveServingCSRs).
+func (h *Harness) approver() component {
+	return component{
+		name: "csr-approver",
+		start: func() (*proc, error) {
+			return startProcess(h.paths.logs, "csr-approver", nil, filepath.Join(h.binDir(), "unitlet-harness"),
+				"approve-csrs", "--kubeconfig", h.AdminKubeconfig())
+		},
+		ready: func(context.Context) error { return nil },
+	}
 }
 
 // Down stops everything the stack started and removes its directory.
@@ -384,7 +403,7 @@ func (h *Harness) buildUnitlet() error {
 		ldflags = "-X github.com/unitlet/unitlet/shared/version.Version=" + v +
 			" -X github.com/unitlet/unitlet/shared/version.GitCommit=" + git("rev-parse", "HEAD")
 	}
-	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-certs", "./cmd/unitlet-podsync", "./cmd/unitlet-status", "./cmd/unitlet-volumes", "./cmd/unitletctl")
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", h.binDir()+"/", "./cmd/unitlet-config", "./cmd/unitlet-certs", "./cmd/unitlet-podsync", "./cmd/unitlet-status", "./cmd/unitlet-volumes", "./cmd/unitletctl", "./cmd/unitlet-harness")
 	cmd.Dir = h.repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {

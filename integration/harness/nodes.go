@@ -194,6 +194,9 @@ failCgroupV1: false
 	if endpoint != "" {
 		cfg += "containerRuntimeEndpoint: " + endpoint + "\n"
 	}
+	if n.ServerTLSBootstrap {
+		cfg += "serverTLSBootstrap: true\n"
+	}
 	return cfg
 }
 

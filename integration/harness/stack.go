@@ -67,6 +67,10 @@ type Node struct {
 	// unitlet-config makes its client certificate by TLS bootstrapping, as a new node
 	// joining a cluster does. Process nodes only, for now.
 	Bootstrap bool `json:"bootstrap,omitempty"`
+	// ServerTLSBootstrap sets the node's serverTLSBootstrap: unitlet-certs requests the
+	// node API's serving certificate, and the stack runs an approver for it (the
+	// controller-manager never approves kubelet-serving CSRs).
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

@@ -2,6 +2,10 @@ package harnesstest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -252,4 +256,83 @@ func kubeconfigSerial(t *testing.T, kubeconfig string) string {
 		t.Fatal(err)
 	}
 	return certs[0].SerialNumber.String()
+}
+
+// servedCertificate is the certificate the node API serves, verified against the
+// cluster's CA for the node's name.
+func servedCertificate(t *testing.T, addr string) (*x509.Certificate, error) {
+	t.Helper()
+	rc, err := harness.RESTConfig(stack.AdminKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(rc.TLSClientConfig.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: podsyncNode})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+func TestStatusServesTheRotatedServingCertificate(t *testing.T) {
+	addr := strings.TrimPrefix(nodeAPI(t), "https://")
+	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	certs := certsv1.NewCertsServiceClient(conn)
+	serving := func() *certsv1.Certificate {
+		l, err := certs.ListCertificates(context.Background(), &certsv1.ListCertificatesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range l.GetCertificates() {
+			if c.GetKind() == certsv1.CertificateKind_CERTIFICATE_KIND_SERVING {
+				return c
+			}
+		}
+		return nil
+	}
+	// serverTLSBootstrap: unitlet-certs asks, the harness approves, status serves it in
+	// place of its self-signed one, verified by the cluster CA for the node's name.
+	var issued *certsv1.Certificate
+	stack.WaitFor(t, time.Minute, "the node API serves the issued serving certificate", func(context.Context) (bool, string) {
+		issued = serving()
+		got, err := servedCertificate(t, addr)
+		if err != nil {
+			return false, fmt.Sprintf("%v (unitlet-certs: %s)", err, issued.GetState())
+		}
+		return got.SerialNumber.String() == issued.GetSerial(), "serving serial " + got.SerialNumber.String()
+	})
+	if !slices.Contains(issued.GetDnsNames(), podsyncNode) {
+		t.Errorf("serving certificate names %v, want %s among them", issued.GetDnsNames(), podsyncNode)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	r, err := certs.Rotate(ctx, &certsv1.RotateRequest{Kind: certsv1.CertificateKind_CERTIFICATE_KIND_SERVING})
+	cancel()
+	if err != nil {
+		t.Fatalf("rotate the serving certificate: %v", err)
+	}
+	if r.GetCertificate().GetSerial() == issued.GetSerial() {
+		t.Fatalf("rotation kept serial %s", issued.GetSerial())
+	}
+	pid := servicePID(t, "status")
+	stack.WaitFor(t, 10*time.Second, "the node API serves the rotated certificate", func(context.Context) (bool, string) {
+		got, err := servedCertificate(t, addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.SerialNumber.String() == r.GetCertificate().GetSerial(), "serving serial " + got.SerialNumber.String()
+	})
+	if servicePID(t, "status") != pid {
+		t.Errorf("unitlet-status restarted to serve the new certificate")
+	}
 }

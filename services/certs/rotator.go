@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
@@ -388,7 +389,7 @@ func (r *rotator) Rotate(ctx context.Context) (Certificate, error) {
 	r.mu.Lock()
 	err := os.MkdirAll(filepath.Dir(r.marker), 0o700)
 	if err == nil {
-		err = pki.WriteFileAtomic(r.marker, []byte("rotation requested at "+r.clock.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+		err = checkpoint.WriteFileAtomic(r.marker, []byte("rotation requested at "+r.clock.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
 	}
 	if err != nil {
 		r.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/unitlet/unitlet/shared/checkpoint"
 )
 
 // WriteKubeconfig writes, atomically and 0600, a kubeconfig for server (trusting caData)
@@ -28,7 +30,7 @@ func WriteKubeconfig(path, server string, caData []byte, certPath string) error 
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, b, 0o600)
+	return checkpoint.WriteFileAtomic(path, b, 0o600)
 }
 
 // ErrNoKubeconfig means the kubeconfig file does not exist.

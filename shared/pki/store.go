@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/checkpoint"
 )
 
 // The file prefixes of the kubelet's certificates in its certificate directory.
@@ -79,7 +81,7 @@ func (s Store) Update(certPEM, keyPEM []byte, now time.Time) (string, error) {
 	b.WriteString("\n")
 	b.Write(bytes.TrimSpace(keyPEM))
 	b.WriteString("\n")
-	if err := WriteFileAtomic(name, b.Bytes(), 0o600); err != nil {
+	if err := checkpoint.WriteFileAtomic(name, b.Bytes(), 0o600); err != nil {
 		return "", err
 	}
 	link := s.CurrentPath()
@@ -118,36 +120,6 @@ func (s Store) Prune(keep int) error {
 		files = files[1:]
 	}
 	return errors.Join(errs...)
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same directory:
-// write, fsync, rename, fsync the directory. Readers see the old or the new content.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing to remove
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {

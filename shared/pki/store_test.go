@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/checkpoint"
 )
 
 func TestStoreUpdateAndCurrent(t *testing.T) {
@@ -129,7 +131,7 @@ func TestStorePrune(t *testing.T) {
 func TestWriteFileAtomicReplaces(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	for _, content := range []string{"one", "two"} {
-		if err := WriteFileAtomic(path, []byte(content), 0o600); err != nil {
+		if err := checkpoint.WriteFileAtomic(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if b, _ := os.ReadFile(path); string(b) != content {
