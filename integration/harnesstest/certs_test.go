@@ -1,12 +1,14 @@
 package harnesstest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,7 +20,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/integration/harness"
 	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
@@ -334,5 +338,101 @@ func TestStatusServesTheRotatedServingCertificate(t *testing.T) {
 	})
 	if servicePID(t, "status") != pid {
 		t.Errorf("unitlet-status restarted to serve the new certificate")
+	}
+}
+
+func TestWrongBootstrapTokenBacksOffUntilARightOne(t *testing.T) {
+	bin, err := integration.Binary("unitlet-config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const node = "node-3"
+	cfgFile := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgFile, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The stack's bootstrap kubeconfig with the token's secret changed.
+	good, err := clientcmd.LoadFromFile(stack.BootstrapKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := good.DeepCopy()
+	for _, a := range bad.AuthInfos {
+		id, _, _ := strings.Cut(a.Token, ".")
+		a.Token = id + ".0000000000000000"
+	}
+	bootstrap := filepath.Join(dir, "bootstrap.kubeconfig")
+	if err := clientcmd.WriteToFile(*bad, bootstrap); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	sockets := filepath.Join(dir, "run")
+	cmd := exec.Command(bin, "--config="+cfgFile, "--root-dir="+filepath.Join(dir, "state"), "--hostname-override="+node,
+		"--kubeconfig="+kubeconfig, "--bootstrap-kubeconfig="+bootstrap)
+	cmd.Env = append(os.Environ(), "UNITLET_SOCKET_DIR="+sockets)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("unitlet-config's log:\n%s", log.String())
+		}
+	})
+	conn, err := bus.Dial(sockets, "config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	config := configv1.NewConfigServiceClient(conn)
+	status := func() *configv1.BootstrapStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := config.GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+
+	// A refused token: a message that names the file and what to check, and a backoff.
+	stack.WaitFor(t, 30*time.Second, "the wrong token is refused", func(context.Context) (bool, string) {
+		s := status()
+		return s.GetState() == configv1.BootstrapState_BOOTSTRAP_STATE_FAILED, s.GetState().String() + ": " + s.GetLastError()
+	})
+	s := status()
+	if msg := s.GetLastError(); !strings.Contains(msg, "401") || !strings.Contains(msg, bootstrap) {
+		t.Errorf("the error %q does not say the token in %s was refused", msg, bootstrap)
+	}
+	time.Sleep(12 * time.Second)
+	if n := status().GetAttempts(); n > 5 {
+		t.Errorf("%d attempts within about 12 s: no backoff", n)
+	}
+	if _, err := os.Stat(kubeconfig); err == nil {
+		t.Errorf("a kubeconfig was written with a refused token")
+	}
+
+	// The right token, in the same file: the node joins without a restart.
+	if err := clientcmd.WriteToFile(*good, bootstrap); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, 90*time.Second, node+" bootstraps with the right token", func(context.Context) (bool, string) {
+		s := status()
+		return s.GetState() == configv1.BootstrapState_BOOTSTRAP_STATE_DONE, s.GetState().String() + ": " + s.GetMessage()
+	})
+	rc, err := harness.RESTConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := whoAmI(t, c); u.Username != "system:node:"+node {
+		t.Errorf("the kubeconfig authenticates as %q, want system:node:%s", u.Username, node)
 	}
 }
