@@ -2,19 +2,14 @@ package certs
 
 import (
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +18,6 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -31,89 +25,10 @@ import (
 
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/pki"
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 const testNode = "node-a"
-
-// testCA signs certificates as the cluster's signers would.
-type testCA struct {
-	key  *ecdsa.PrivateKey
-	cert *x509.Certificate
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test-cluster-ca"},
-		NotBefore:             time.Now().Add(-48 * time.Hour),
-		NotAfter:              time.Now().Add(48 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{key: key, cert: cert}
-}
-
-// issued is what the test CA puts in a certificate.
-type issued struct {
-	pub                 crypto.PublicKey
-	subject             pkix.Name
-	dnsNames            []string
-	ips                 []net.IP
-	notBefore, notAfter time.Time
-}
-
-func (ca *testCA) sign(t *testing.T, in issued) []byte {
-	t.Helper()
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      in.subject,
-		DNSNames:     in.dnsNames,
-		IPAddresses:  in.ips,
-		NotBefore:    in.notBefore,
-		NotAfter:     in.notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, in.pub, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-// install puts a certificate for a new key in store, as bootstrap or an earlier rotation
-// left it, and returns it.
-func (ca *testCA) install(t *testing.T, store pki.Store, in issued) *x509.Certificate {
-	t.Helper()
-	key, keyPEM, err := pki.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.pub = key.Public()
-	if in.subject.CommonName == "" {
-		in.subject = pkix.Name{CommonName: "system:node:" + testNode, Organization: []string{"system:nodes"}}
-	}
-	if _, err := store.Update(ca.sign(t, in), keyPEM, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	cur, err := store.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cur.Leaf
-}
 
 // signer is how the fake cluster answers a CSR.
 type signer int32
@@ -135,18 +50,12 @@ type cluster struct {
 	down atomic.Bool
 }
 
-func newCluster(t *testing.T, ca *testCA) *cluster {
-	c := &cluster{Clientset: fake.NewClientset()}
-	var n atomic.Int32
-	c.PrependReactor("create", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+func newCluster(t *testing.T, ca *pkitest.CA) *cluster {
+	c := &cluster{Clientset: pkitest.NewClientset()}
+	c.PrependReactor("create", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if c.down.Load() {
 			return true, nil, errors.New("dial tcp 192.0.2.10:6443: connect: connection refused")
 		}
-		obj := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
-		if obj.Name == "" {
-			obj.Name = fmt.Sprintf("%s%d", obj.GenerateName, n.Add(1))
-		}
-		obj.UID = types.UID("uid-" + obj.Name)
 		return false, nil, nil
 	})
 	c.PrependReactor("list", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -184,64 +93,27 @@ func newCluster(t *testing.T, ca *testCA) *cluster {
 			return ev, ok && o.GetName() == name
 		}), nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		c.runSigner(ctx, t, ca)
-	}()
+	ca.RunSigner(t, c, c.decide)
 	return c
 }
 
 func (c *cluster) setSigner(s signer) { c.how.Store(int32(s)) }
 
-// runSigner approves and signs pending CSRs until ctx ends. It updates every issued CSR
-// again on each tick: the fake API server's watch may miss an update made between its
-// list and its watch.
-func (c *cluster) runSigner(ctx context.Context, t *testing.T, ca *testCA) {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		list, err := c.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
-		}
-		for i := range list.Items {
-			req := &list.Items[i]
-			if len(req.Status.Certificate) == 0 {
-				how := signer(c.how.Load())
-				if how == signNothing {
-					continue
-				}
-				block, _ := pem.Decode(req.Spec.Request)
-				cr, err := x509.ParseCertificateRequest(block.Bytes)
-				if err != nil {
-					t.Errorf("CSR %s: %v", req.Name, err)
-					return
-				}
-				in := issued{pub: cr.PublicKey, subject: cr.Subject, dnsNames: cr.DNSNames, ips: cr.IPAddresses,
-					notBefore: time.Now().Add(-time.Minute), notAfter: time.Now().Add(24 * time.Hour)}
-				switch how {
-				case signOtherKey:
-					other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-					in.pub = other.Public()
-				case signOtherSubject:
-					in.subject = pkix.Name{CommonName: "system:node:node-b", Organization: []string{"system:nodes"}}
-				}
-				req.Status.Certificate = ca.sign(t, in)
-				req.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-					Type: certificatesv1.CertificateApproved, Status: "True", Reason: "AutoApproved",
-				}}
-			}
-			_, _ = c.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, req, metav1.UpdateOptions{})
-		}
+// decide is the certificate the fake cluster issues for a CSR, valid for a day.
+func (c *cluster) decide(cr *x509.CertificateRequest) (pkitest.Cert, bool) {
+	in := pkitest.Requested(cr)
+	in.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+	in.NotBefore, in.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour)
+	switch signer(c.how.Load()) {
+	case signNothing:
+		return in, false
+	case signOtherKey:
+		other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		in.PublicKey = other.Public()
+	case signOtherSubject:
+		in.Subject = pkix.Name{CommonName: "system:node:node-b", Organization: []string{"system:nodes"}}
 	}
+	return in, true
 }
 
 // csrs are the CSRs made so far.
@@ -256,7 +128,7 @@ func (c *cluster) csrs(t *testing.T) []certificatesv1.CertificateSigningRequest 
 
 type fixture struct {
 	dir     string
-	ca      *testCA
+	ca      *pkitest.CA
 	cluster *cluster
 	clock   *clocktesting.FakeClock
 	reg     *prometheus.Registry
@@ -267,7 +139,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	f := &fixture{dir: t.TempDir(), ca: ca, cluster: newCluster(t, ca), clock: clocktesting.NewFakeClock(time.Now())}
 	f.opts = Options{
 		CertDir: f.dir,
@@ -278,6 +150,29 @@ func newFixture(t *testing.T) *fixture {
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	return f
+}
+
+// install puts a certificate for a new key in store, as bootstrap or an earlier rotation
+// left it, and returns it. The certificate is for testNode unless in names a subject.
+func (f *fixture) install(t *testing.T, store pki.Store, in pkitest.Cert) *x509.Certificate {
+	t.Helper()
+	key, keyPEM, err := pki.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.PublicKey = key.Public()
+	if in.Subject.CommonName == "" {
+		in.Subject = pkix.Name{CommonName: "system:node:" + testNode, Organization: []string{"system:nodes"}}
+	}
+	in.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+	if _, err := store.Update(f.ca.Sign(t, in), keyPEM, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := store.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cur.Leaf
 }
 
 func (f *fixture) clientStore() pki.Store  { return pki.Store{Dir: f.dir, Prefix: pki.ClientPrefix} }

@@ -9,12 +9,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 func TestServerListsAndRotates(t *testing.T) {
 	f := newFixture(t)
 	now := f.clock.Now()
-	old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
 	s := NewServer(f.start(t))
 	f.waitFor(t, KindClient, "valid", func(c Certificate) bool { return c.State == "valid" })
 

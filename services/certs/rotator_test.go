@@ -14,12 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 func TestRotatesTheClientCertificateAtItsDeadline(t *testing.T) {
 	f := newFixture(t)
 	now := f.clock.Now()
-	old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(time.Hour)})
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)})
 	f.start(t)
 
 	deadline := rotationDeadline(old, 0.5)
@@ -65,7 +67,7 @@ func TestRefusesACertificateForAnotherKeyOrSubjectAndBacksOff(t *testing.T) {
 			f.cluster.setSigner(how)
 			now := f.clock.Now()
 			// Past its deadline already: rotated at once.
-			old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-2 * time.Hour), notAfter: now.Add(10 * time.Minute)})
+			old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(10 * time.Minute)})
 			f.start(t)
 
 			c := f.waitFor(t, KindClient, "a failed attempt", func(c Certificate) bool { return c.Failures == 1 })
@@ -117,7 +119,7 @@ func TestUnreachableAPIServerIsAStateNotIllHealth(t *testing.T) {
 	f := newFixture(t)
 	f.cluster.down.Store(true)
 	now := f.clock.Now()
-	f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-2 * time.Hour), notAfter: now.Add(10 * time.Minute)})
+	f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(10 * time.Minute)})
 	m := f.start(t)
 	c := f.waitFor(t, KindClient, "a failed attempt", func(c Certificate) bool { return c.Failures == 1 })
 	if !strings.Contains(c.State, "connection refused") {
@@ -144,7 +146,7 @@ func TestHealthFailsWhenALoopIsStuck(t *testing.T) {
 func TestForcedRotationSurvivesARestart(t *testing.T) {
 	f := newFixture(t)
 	now := f.clock.Now()
-	old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
 	// A Rotate call whose process was killed before the new certificate was installed.
 	marker := filepath.Join(f.dir, ".rotate-client")
 	if err := os.WriteFile(marker, []byte("rotation requested\n"), 0o600); err != nil {
@@ -166,7 +168,7 @@ func TestForcedRotationSurvivesARestart(t *testing.T) {
 func TestRotateBlocksUntilTheNewCertificateIsInstalled(t *testing.T) {
 	f := newFixture(t)
 	now := f.clock.Now()
-	old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
 	m := f.start(t)
 	f.waitFor(t, KindClient, "valid", func(c Certificate) bool { return c.State == "valid" })
 
@@ -219,7 +221,7 @@ func TestClientCertificateNotBootstrappedIsWaitedFor(t *testing.T) {
 
 	// unitlet-config bootstraps: picked up on the next look.
 	now := f.clock.Now()
-	leaf := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(time.Hour)})
+	leaf := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)})
 	f.waitIdle(t, 2)
 	f.clock.Step(recheckEvery)
 	f.waitFor(t, KindClient, "valid", func(c Certificate) bool { return c.State == "valid" && serial(c) == leaf.SerialNumber.String() })
@@ -248,7 +250,7 @@ func TestServingCertificateRequestedWhenMissingAndWhenAddressesChange(t *testing
 	f := newFixture(t)
 	f.opts.Serving = true
 	now := f.clock.Now()
-	f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
+	f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
 	f.start(t)
 	c := f.waitFor(t, KindServing, "a serving certificate", func(c Certificate) bool { return c.State == "valid" && c.Leaf != nil })
 	if !slices.Equal(c.Leaf.DNSNames, []string{"host-a"}) || len(c.Leaf.IPAddresses) != 1 || c.Leaf.IPAddresses[0].String() != "192.0.2.7" {
@@ -276,9 +278,9 @@ func TestServingRotationIsCountedWithTheAgeOfTheReplacedCertificate(t *testing.T
 	f := newFixture(t)
 	f.opts.Serving = true
 	now := f.clock.Now()
-	f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
-	old := f.ca.install(t, f.servingStore(), issued{notBefore: now.Add(-2 * time.Hour), notAfter: now.Add(10 * time.Minute),
-		dnsNames: []string{"host-a"}, ips: f.ipsOf()})
+	f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
+	old := f.install(t, f.servingStore(), pkitest.Cert{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(10 * time.Minute),
+		DNSNames: []string{"host-a"}, IPs: f.ipsOf()})
 	f.start(t)
 	f.waitFor(t, KindServing, "a new serving certificate", func(c Certificate) bool { return c.State == "valid" && serial(c) != old.SerialNumber.String() })
 	if got := testutil.ToFloat64(f.opts.Metrics.rotations.WithLabelValues("serving")); got != 1 {
@@ -303,7 +305,7 @@ func (f *fixture) ipsOf() []net.IP {
 func TestWatchSendsTheListThenEveryChange(t *testing.T) {
 	f := newFixture(t)
 	now := f.clock.Now()
-	old := f.ca.install(t, f.clientStore(), issued{notBefore: now.Add(-time.Minute), notAfter: now.Add(24 * time.Hour)})
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)})
 	m := f.start(t)
 	f.waitFor(t, KindClient, "valid", func(c Certificate) bool { return c.State == "valid" })
 	sub := m.Subscribe()

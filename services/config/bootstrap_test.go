@@ -2,21 +2,17 @@ package config
 
 import (
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -37,6 +32,7 @@ import (
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/pki"
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 const (
@@ -44,55 +40,6 @@ const (
 	testServer = "https://192.0.2.10:6443"
 	testToken  = "abcdef.0123456789abcdef"
 )
-
-// testCA signs certificates as the cluster's signer would.
-type testCA struct {
-	key     *ecdsa.PrivateKey
-	cert    *x509.Certificate
-	certPEM []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test-cluster-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{key: key, cert: cert, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// sign issues a client certificate for pub with subject, valid from notBefore to notAfter.
-func (ca *testCA) sign(t *testing.T, pub crypto.PublicKey, subject pkix.Name, notBefore, notAfter time.Time) []byte {
-	t.Helper()
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      subject,
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
 
 // signer is how the fake cluster answers a CSR.
 type signer int
@@ -103,73 +50,25 @@ const (
 	signOtherSubject               // issue a certificate for another node
 )
 
-// runSigner approves and signs every CSR in c until the test ends. It signs again on every
-// tick: the fake API server's watch may miss an update made between its list and its watch.
-func (ca *testCA) runSigner(t *testing.T, c kubernetes.Interface, how signer) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			list, err := c.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				continue
-			}
-			for i := range list.Items {
-				req := &list.Items[i]
-				if len(req.Status.Certificate) == 0 {
-					block, _ := pem.Decode(req.Spec.Request)
-					cr, err := x509.ParseCertificateRequest(block.Bytes)
-					if err != nil {
-						t.Errorf("CSR %s: %v", req.Name, err)
-						return
-					}
-					pub, subject := cr.PublicKey, cr.Subject
-					switch how {
-					case signOtherKey:
-						other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-						pub = other.Public()
-					case signOtherSubject:
-						subject = pkix.Name{CommonName: "system:node:node-b", Organization: []string{"system:nodes"}}
-					}
-					req.Status.Certificate = ca.sign(t, pub, subject, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-					req.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-						Type: certificatesv1.CertificateApproved, Status: "True", Reason: "AutoApproved",
-					}}
-				}
-				_, _ = c.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, req, metav1.UpdateOptions{})
-			}
-		}
-	}()
-}
-
-// fakeCluster is a fake clientset that names CSRs as the API server does (generateName).
-func fakeCluster() *fake.Clientset {
-	c := fake.NewClientset()
-	var n atomic.Int32
-	c.PrependReactor("create", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
-		if obj.Name == "" {
-			obj.Name = fmt.Sprintf("%s%d", obj.GenerateName, n.Add(1))
-		}
-		obj.UID = types.UID("uid-" + obj.Name)
-		return false, nil, nil
-	})
-	return c
+// decide is the client certificate the fake cluster issues for a CSR, valid for an hour.
+func (how signer) decide(cr *x509.CertificateRequest) (pkitest.Cert, bool) {
+	c := pkitest.Requested(cr)
+	c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	c.NotBefore, c.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	switch how {
+	case signOtherKey:
+		other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		c.PublicKey = other.Public()
+	case signOtherSubject:
+		c.Subject = pkix.Name{CommonName: "system:node:node-b", Organization: []string{"system:nodes"}}
+	}
+	return c, true
 }
 
 type bootstrapFixture struct {
 	dir        string
 	paths      *configv1.Paths
-	ca         *testCA
+	ca         *pkitest.CA
 	clock      *clocktesting.FakeClock
 	reg        *prometheus.Registry
 	b          *Bootstrapper
@@ -188,7 +87,7 @@ func newBootstrapFixture(t *testing.T, newClient func(t *testing.T) kubernetes.I
 			BootstrapKubeconfig: filepath.Join(dir, "bootstrap-kubeconfig"),
 			CertDir:             filepath.Join(dir, "pki"),
 		},
-		ca:         newTestCA(t),
+		ca:         pkitest.NewCA(t),
 		clock:      clocktesting.NewFakeClock(time.Now()),
 		reg:        prometheus.NewRegistry(),
 		userAgents: make(chan string, 100),
@@ -211,7 +110,7 @@ func newBootstrapFixture(t *testing.T, newClient func(t *testing.T) kubernetes.I
 func (f *bootstrapFixture) writeBootstrap(t *testing.T, token string) {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: f.ca.certPEM}
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: f.ca.CertPEM}
 	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	cfg.CurrentContext = "x"
@@ -227,13 +126,18 @@ func (f *bootstrapFixture) store(t *testing.T, notAfter time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM := f.ca.sign(t, key.Public(), pkix.Name{CommonName: "system:node:" + testNode, Organization: []string{"system:nodes"}},
-		notAfter.Add(-2*time.Hour), notAfter)
+	certPEM := f.ca.Sign(t, pkitest.Cert{
+		PublicKey:   key.Public(),
+		Subject:     pkix.Name{CommonName: "system:node:" + testNode, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		NotBefore:   notAfter.Add(-2 * time.Hour),
+		NotAfter:    notAfter,
+	})
 	s := pki.Store{Dir: f.paths.CertDir, Prefix: pki.ClientPrefix}
 	if _, err := s.Update(certPEM, keyPEM, f.clock.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.WriteKubeconfig(f.paths.Kubeconfig, testServer, f.ca.certPEM, s.CurrentPath()); err != nil {
+	if err := pki.WriteKubeconfig(f.paths.Kubeconfig, testServer, f.ca.CertPEM, s.CurrentPath()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -271,7 +175,7 @@ func (f *bootstrapFixture) waitState(t *testing.T, state configv1.BootstrapState
 func TestBootstrapSkipsUsableKubeconfig(t *testing.T) {
 	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface {
 		t.Error("a client was made although the kubeconfig is usable")
-		return fakeCluster()
+		return pkitest.NewClientset()
 	})
 	f.store(t, f.clock.Now().Add(time.Hour))
 	f.run(t)
@@ -284,7 +188,7 @@ func TestBootstrapSkipsUsableKubeconfig(t *testing.T) {
 func TestBootstrapWritesCertificateAndKubeconfig(t *testing.T) {
 	var cluster *fake.Clientset
 	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface {
-		cluster = fakeCluster()
+		cluster = pkitest.NewClientset()
 		return cluster
 	})
 	f.b.newClient = wrapSigner(t, f, f.b.newClient, signAsAsked)
@@ -320,7 +224,7 @@ func TestBootstrapWritesCertificateAndKubeconfig(t *testing.T) {
 		}
 	}
 	for _, c := range kc.Clusters {
-		if c.Server != testServer || string(c.CertificateAuthorityData) != string(f.ca.certPEM) {
+		if c.Server != testServer || string(c.CertificateAuthorityData) != string(f.ca.CertPEM) {
 			t.Errorf("kubeconfig's cluster %s, want the bootstrap kubeconfig's server and CA", c.Server)
 		}
 	}
@@ -348,7 +252,7 @@ func TestBootstrapWritesCertificateAndKubeconfig(t *testing.T) {
 }
 
 func TestBootstrapReplacesExpiredKubeconfig(t *testing.T) {
-	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return fakeCluster() })
+	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return pkitest.NewClientset() })
 	f.b.newClient = wrapSigner(t, f, f.b.newClient, signAsAsked)
 	f.store(t, f.clock.Now().Add(-time.Minute))
 	f.run(t)
@@ -364,7 +268,7 @@ func TestBootstrapReplacesExpiredKubeconfig(t *testing.T) {
 func TestBootstrapReusesStoredCertificate(t *testing.T) {
 	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface {
 		t.Error("a CSR was made although a valid certificate is stored")
-		return fakeCluster()
+		return pkitest.NewClientset()
 	})
 	f.store(t, f.clock.Now().Add(time.Hour))
 	if err := os.Remove(f.paths.Kubeconfig); err != nil {
@@ -383,7 +287,7 @@ func TestBootstrapReusesStoredCertificate(t *testing.T) {
 func TestBootstrapRefusesAnotherKeyOrSubject(t *testing.T) {
 	for name, how := range map[string]signer{"other key": signOtherKey, "other subject": signOtherSubject} {
 		t.Run(name, func(t *testing.T) {
-			f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return fakeCluster() })
+			f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return pkitest.NewClientset() })
 			f.b.newClient = wrapSigner(t, f, f.b.newClient, how)
 			f.run(t)
 			st := f.waitState(t, configv1.BootstrapState_BOOTSTRAP_STATE_FAILED)
@@ -402,7 +306,7 @@ func TestBootstrapRefusesAnotherKeyOrSubject(t *testing.T) {
 
 func TestBootstrapRefusedTokenBacksOff(t *testing.T) {
 	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface {
-		c := fakeCluster()
+		c := pkitest.NewClientset()
 		c.PrependReactor("create", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewUnauthorized("Unauthorized")
 		})
@@ -444,7 +348,7 @@ func TestBootstrapRefusedTokenBacksOff(t *testing.T) {
 }
 
 func TestBootstrapJitterStaysUnderTheBackoff(t *testing.T) {
-	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return fakeCluster() })
+	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return pkitest.NewClientset() })
 	f.b.jitter = func() float64 { return 0.999 }
 	if err := os.Remove(f.paths.BootstrapKubeconfig); err != nil {
 		t.Fatal(err)
@@ -457,7 +361,7 @@ func TestBootstrapJitterStaysUnderTheBackoff(t *testing.T) {
 }
 
 func TestBootstrapRereadsTheBootstrapKubeconfig(t *testing.T) {
-	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return fakeCluster() })
+	f := newBootstrapFixture(t, func(t *testing.T) kubernetes.Interface { return pkitest.NewClientset() })
 	f.b.newClient = wrapSigner(t, f, f.b.newClient, signAsAsked)
 	if err := os.Remove(f.paths.BootstrapKubeconfig); err != nil {
 		t.Fatal(err)
@@ -490,7 +394,7 @@ func wrapSigner(t *testing.T, f *bootstrapFixture, newClient func(*rest.Config) 
 	return func(rc *rest.Config) (kubernetes.Interface, error) {
 		c, err := newClient(rc)
 		if err == nil {
-			f.ca.runSigner(t, c, how)
+			f.ca.RunSigner(t, c, how.decide)
 		}
 		return c, err
 	}

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 func TestVerify(t *testing.T) {
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	now := time.Now()
 	key, _, err := NewKey()
 	if err != nil {
@@ -18,7 +20,7 @@ func TestVerify(t *testing.T) {
 	other, _, _ := NewKey()
 	req := ClientRequest("node-a", 0)
 
-	good := ca.issue(t, key.Public(), req.Subject, now.Add(time.Hour))
+	good := issue(t, ca, key.Public(), req.Subject, now.Add(time.Hour))
 	leaf, err := Verify(good, key, req, now)
 	if err != nil || leaf.Subject.CommonName != "system:node:node-a" {
 		t.Fatalf("Verify of the certificate asked for: %v", err)
@@ -28,10 +30,10 @@ func TestVerify(t *testing.T) {
 		cert []byte
 		want string
 	}{
-		"another key":     {ca.issue(t, other.Public(), req.Subject, now.Add(time.Hour)), "does not match the requested key"},
-		"another node":    {ca.issue(t, key.Public(), ClientRequest("node-b", 0).Subject, now.Add(time.Hour)), `CN="system:node:node-b"`},
-		"another group":   {ca.issue(t, key.Public(), pkix.Name{CommonName: req.Subject.CommonName, Organization: []string{"system:masters"}}, now.Add(time.Hour)), "system:masters"},
-		"expired":         {ca.issue(t, key.Public(), req.Subject, now.Add(-time.Minute)), "expired"},
+		"another key":     {issue(t, ca, other.Public(), req.Subject, now.Add(time.Hour)), "does not match the requested key"},
+		"another node":    {issue(t, ca, key.Public(), ClientRequest("node-b", 0).Subject, now.Add(time.Hour)), `CN="system:node:node-b"`},
+		"another group":   {issue(t, ca, key.Public(), pkix.Name{CommonName: req.Subject.CommonName, Organization: []string{"system:masters"}}, now.Add(time.Hour)), "system:masters"},
+		"expired":         {issue(t, ca, key.Public(), req.Subject, now.Add(-time.Minute)), "expired"},
 		"not certificate": {[]byte("garbage"), "no certificate"},
 	}
 	for name, c := range cases {

@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 func TestCheckKubeconfig(t *testing.T) {
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	dir := t.TempDir()
 	now := time.Now()
 	kubeconfig := filepath.Join(dir, "etc", "kubeconfig")
@@ -21,11 +23,11 @@ func TestCheckKubeconfig(t *testing.T) {
 
 	s := Store{Dir: filepath.Join(dir, "pki"), Prefix: ClientPrefix}
 	notAfter := now.Add(time.Hour).Truncate(time.Second)
-	certPEM, keyPEM, _ := ca.nodeCert(t, "node-a", notAfter)
+	certPEM, keyPEM, _ := nodeCert(t, ca, "node-a", notAfter)
 	if _, err := s.Update(certPEM, keyPEM, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.pem, s.CurrentPath()); err != nil {
+	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.CertPEM, s.CurrentPath()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(kubeconfig); err != nil || fi.Mode() != 0o600 {
@@ -42,12 +44,12 @@ func TestCheckKubeconfig(t *testing.T) {
 	}
 
 	// The link pointing at a certificate whose key is another's.
-	otherCert, _, _ := ca.nodeCert(t, "node-a", notAfter)
+	otherCert, _, _ := nodeCert(t, ca, "node-a", notAfter)
 	mismatched := filepath.Join(s.Dir, "mismatched.pem")
 	if err := os.WriteFile(mismatched, append(otherCert, keyPEM...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.pem, mismatched); err != nil {
+	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.CertPEM, mismatched); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := CheckKubeconfig(kubeconfig, now); err == nil {
@@ -55,7 +57,7 @@ func TestCheckKubeconfig(t *testing.T) {
 	}
 
 	// The certificate file missing.
-	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.pem, filepath.Join(dir, "nope.pem")); err != nil {
+	if err := WriteKubeconfig(kubeconfig, "https://192.0.2.10:6443", ca.CertPEM, filepath.Join(dir, "nope.pem")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := CheckKubeconfig(kubeconfig, now); err == nil || errors.Is(err, ErrNoKubeconfig) {

@@ -9,17 +9,18 @@ import (
 	"time"
 
 	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
 func TestStoreUpdateAndCurrent(t *testing.T) {
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	s := Store{Dir: filepath.Join(t.TempDir(), "pki"), Prefix: ClientPrefix}
 	if _, err := s.Current(); !errors.Is(err, ErrNoCertificate) {
 		t.Fatalf("Current of an empty store: %v, want ErrNoCertificate", err)
 	}
 
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	certPEM, keyPEM, key := ca.nodeCert(t, "node-a", now.Add(time.Hour))
+	certPEM, keyPEM, key := nodeCert(t, ca, "node-a", now.Add(time.Hour))
 	first, err := s.Update(certPEM, keyPEM, now)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestStoreUpdateAndCurrent(t *testing.T) {
 	}
 
 	// A second update within the same second keeps both files and moves the link.
-	certPEM2, keyPEM2, key2 := ca.nodeCert(t, "node-a", now.Add(2*time.Hour))
+	certPEM2, keyPEM2, key2 := nodeCert(t, ca, "node-a", now.Add(2*time.Hour))
 	second, err := s.Update(certPEM2, keyPEM2, now)
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +66,10 @@ func TestStoreUpdateAndCurrent(t *testing.T) {
 }
 
 func TestStoreUpdateRefusesMismatchedKey(t *testing.T) {
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	s := Store{Dir: t.TempDir(), Prefix: ServerPrefix}
-	certPEM, _, _ := ca.nodeCert(t, "node-a", time.Now().Add(time.Hour))
-	_, otherKeyPEM, _ := ca.nodeCert(t, "node-a", time.Now().Add(time.Hour))
+	certPEM, _, _ := nodeCert(t, ca, "node-a", time.Now().Add(time.Hour))
+	_, otherKeyPEM, _ := nodeCert(t, ca, "node-a", time.Now().Add(time.Hour))
 	if _, err := s.Update(certPEM, otherKeyPEM, time.Now()); err == nil {
 		t.Fatal("Update stored a certificate with another key")
 	}
@@ -88,12 +89,12 @@ func TestStoreCurrentUnusable(t *testing.T) {
 }
 
 func TestStorePrune(t *testing.T) {
-	ca := newTestCA(t)
+	ca := pkitest.NewCA(t)
 	s := Store{Dir: t.TempDir(), Prefix: ClientPrefix}
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var files []string
 	for i := range 5 {
-		certPEM, keyPEM, _ := ca.nodeCert(t, "node-a", start.Add(48*time.Hour))
+		certPEM, keyPEM, _ := nodeCert(t, ca, "node-a", start.Add(48*time.Hour))
 		f, err := s.Update(certPEM, keyPEM, start.Add(time.Duration(i)*time.Minute))
 		if err != nil {
 			t.Fatal(err)
