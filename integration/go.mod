@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/unitlet/unitlet/proto v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
+	github.com/hashicorp/yamux v0.1.2
 	google.golang.org/grpc v1.79.3
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3

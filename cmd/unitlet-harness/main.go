@@ -9,6 +9,8 @@
 //	unitlet-harness exec       [-f STACK.yaml] NODE -- CMD...
 //	unitlet-harness kubeconfig [-f STACK.yaml]
 //	unitlet-harness approve-csrs --kubeconfig ADMIN (the stack's approver of serving CSRs)
+//	unitlet-harness vm-run SPEC.json  (a vm node: qemu and the host's end of its agent channel)
+//	unitlet-harness vm-exec AGENT.sock -- CMD...  (a command in a vm node, through its agent)
 package main
 
 import (
@@ -37,6 +39,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "approve-csrs" {
 		// Run by the stack itself, from its bin directory: no repository needed.
 		return approveCSRs(args[1:], stdout, stderr)
+	}
+	if len(args) == 2 && args[0] == "vm-run" {
+		// Run by the stack itself (a vm node's component).
+		if err := harness.RunVM(args[1], stderr); err != nil {
+			fmt.Fprintln(stderr, "unitlet-harness vm-run:", err)
+			return 1
+		}
+		return 0
+	}
+	if len(args) >= 4 && args[0] == "vm-exec" && args[2] == "--" {
+		return harness.VMExec(args[1], args[3:], os.Stdin, stdout, stderr)
 	}
 	repo, err := integration.RepoRoot()
 	if err != nil {

@@ -19,6 +19,8 @@ type component struct {
 	name  string
 	start func() (*proc, error)
 	ready func(ctx context.Context) error
+	// within bounds the wait for ready after a start; zero means 2 minutes.
+	within time.Duration
 }
 
 // paths of a stack's files.
@@ -167,7 +169,7 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 				return startProcess(logs, "kube-controller-manager", nil, h.bins.ControllerManager,
 					"--kubeconfig="+f.controllerManager,
 					"--authentication-kubeconfig="+f.controllerManager, "--authorization-kubeconfig="+f.controllerManager,
-					"--bind-address=127.0.0.1", "--secure-port=10257",
+					"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", cp.ControllerManagerPort),
 					"--cert-dir="+filepath.Join(h.paths.pki, "controller-manager-generated"),
 					"--cluster-signing-cert-file="+f.ca.CertFile, "--cluster-signing-key-file="+f.ca.KeyFile,
 					"--root-ca-file="+f.ca.CertFile, "--service-account-private-key-file="+f.saKey,
@@ -176,7 +178,7 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 					"--leader-elect=false", "--v=1")
 			},
 			ready: func(ctx context.Context) error {
-				return httpOK(ctx, insecureClient(), "https://127.0.0.1:10257/healthz", "ok")
+				return httpOK(ctx, insecureClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", cp.ControllerManagerPort), "ok")
 			},
 		},
 		{
@@ -185,12 +187,12 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 				return startProcess(logs, "kube-scheduler", nil, h.bins.Scheduler,
 					"--kubeconfig="+f.scheduler,
 					"--authentication-kubeconfig="+f.scheduler, "--authorization-kubeconfig="+f.scheduler,
-					"--bind-address=127.0.0.1", "--secure-port=10259",
+					"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", cp.SchedulerPort),
 					"--cert-dir="+filepath.Join(h.paths.pki, "scheduler-generated"),
 					"--leader-elect=false", "--v=1")
 			},
 			ready: func(ctx context.Context) error {
-				return httpOK(ctx, insecureClient(), "https://127.0.0.1:10259/healthz", "ok")
+				return httpOK(ctx, insecureClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", cp.SchedulerPort), "ok")
 			},
 		},
 	}

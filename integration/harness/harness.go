@@ -189,12 +189,30 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if h.hasBackend("vm") {
+		if err := h.step("vm tree", h.ensureVMTree); err != nil {
+			return err
+		}
+		for _, n := range h.stack.Nodes {
+			if n.Backend == "vm" {
+				if err := h.step(n.Name+": vm disk image", func() (string, error) {
+					img, err := h.ensureVMImage(n)
+					return " " + img, err
+				}); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	for _, n := range h.stack.Nodes {
 		for _, c := range h.nodeComponents(n, files) {
 			if err := h.ensure(ctx, st, c); err != nil {
 				return err
 			}
 		}
+	}
+	if err := h.vmBootTimes(ctx); err != nil {
+		return err
 	}
 	if h.stack.Standalone {
 		fmt.Fprintf(h.out, "stack %s (standalone: no API server) is up in %s\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond))
@@ -225,7 +243,11 @@ func (h *Harness) ensure(ctx context.Context, st *state, c component) error {
 		if err := h.saveState(st); err != nil {
 			return "", err
 		}
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		within := c.within
+		if within == 0 {
+			within = 2 * time.Minute
+		}
+		wctx, cancel := context.WithTimeout(ctx, within)
 		defer cancel()
 		var last error
 		for {

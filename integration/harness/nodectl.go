@@ -72,7 +72,7 @@ func (h *Harness) NodeAgentPIDs(name string) []int {
 		}
 		return nil
 	}
-	if h.nodeBackend(name) == "nspawn" {
+	if b := h.nodeBackend(name); b == "nspawn" || b == "vm" {
 		var pids []int
 		for _, n := range h.stack.Nodes {
 			if n.Name != name {
@@ -109,7 +109,8 @@ func sortedNodeProcs(st *state, node string) []string {
 }
 
 // ServicePID is the host pid of a unitlet service of a node: its process (process backend),
-// or the main process of its unit in the machine (nspawn backend).
+// or the main process of its unit in the machine (nspawn backend); for a vm node, the
+// unit's MainPID in the guest (it has its own kernel).
 func (h *Harness) ServicePID(node, svc string) (int, error) {
 	switch h.serviceBackend(node, svc) {
 	case "nspawn":
@@ -126,6 +127,8 @@ func (h *Harness) ServicePID(node, svc string) (int, error) {
 			return 0, err
 		}
 		return hostPID(pid1, pid)
+	case "vm":
+		return h.vmServiceMainPID(node, svc)
 	case "process", "host":
 		if p := h.loadState().Procs[node+"/unitlet-"+svc]; p.alive() {
 			return p.PID, nil
@@ -151,8 +154,8 @@ func (h *Harness) serviceBackend(node, svc string) string {
 // unit and its socket unit (with the socket listening, systemd would start it again).
 func (h *Harness) StopService(node, svc string) error {
 	switch h.serviceBackend(node, svc) {
-	case "nspawn":
-		out, err := h.execInMachine(node, []string{"systemctl", "stop", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
+	case "nspawn", "vm":
+		out, err := h.Exec(node, []string{"systemctl", "stop", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("stop unitlet-%s on %s: %v: %s", svc, node, err, out)
 		}
@@ -176,7 +179,7 @@ func (h *Harness) StartService(ctx context.Context, node, svc string) error {
 	case "process":
 		return h.StartNode(ctx, node)
 	}
-	out, err := h.execInMachine(node, []string{"systemctl", "start", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
+	out, err := h.Exec(node, []string{"systemctl", "start", "unitlet-" + svc + ".socket", "unitlet-" + svc + ".service"}).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("start unitlet-%s on %s: %v: %s", svc, node, err, out)
 	}

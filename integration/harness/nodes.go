@@ -37,6 +37,8 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 		return out
 	case "kubelet":
 		return []component{h.kubeletComponent(n, f)}
+	case "vm":
+		return []component{h.vmComponent(n, f)}
 	}
 	dir := h.nodeDir(n.Name)
 	var out []component
@@ -223,8 +225,11 @@ func serving(ctx context.Context, socketDir, service string) error {
 // host with the node's UNITLET_SOCKET_DIR and the unitlet binaries first on PATH; for the
 // nspawn backend, inside the machine as root (nsenter into its init's namespaces).
 func (h *Harness) Exec(node string, args []string) *exec.Cmd {
-	if h.nodeBackend(node) == "nspawn" {
+	switch h.nodeBackend(node) {
+	case "nspawn":
 		return h.execInMachine(node, args)
+	case "vm":
+		return h.execInVM(node, args)
 	}
 	bin := args[0]
 	if own := filepath.Join(h.binDir(), bin); filepath.Base(bin) == bin {

@@ -120,7 +120,7 @@ func (h *Harness) ensureNspawnTree() (string, error) {
 	mirror := debianMirror()
 	logPath := dir + ".log"
 	fmt.Fprintf(h.out, "building the nspawn machine tree: debootstrap %s from %s (first time: 1 to 3 minutes; log %s)\n", debianSuite, mirror, logPath)
-	if err := h.debootstrap(tmp, mirror, logPath); err != nil {
+	if err := h.debootstrap(tmp, mirror, logPath, nspawnPackages); err != nil {
 		_ = h.unmountUnder(tmp)
 		return "", err
 	}
@@ -143,14 +143,15 @@ func (h *Harness) ensureNspawnTree() (string, error) {
 // debootstrapDetail matches debootstrap's lines about one package; the rest are its phases.
 var debootstrapDetail = regexp.MustCompile(`^I: (Retrieving|Validating|Extracting|Unpacking|Configuring) \S+( \S+|\.\.\.)$`)
 
-// debootstrap runs debootstrap into dir, its output into logPath, and its phases to h.out.
-func (h *Harness) debootstrap(dir, mirror, logPath string) error {
+// debootstrap runs debootstrap into dir with packages besides minbase, its output into
+// logPath, and its phases to h.out.
+func (h *Harness) debootstrap(dir, mirror, logPath string, packages []string) error {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(nspawnPackages, ","), debianSuite, dir, mirror)
+	cmd := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(packages, ","), debianSuite, dir, mirror)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

@@ -32,7 +32,12 @@ type Stack struct {
 // ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
 type ControlPlane struct {
 	APIServerPort int `json:"apiServerPort"`
-	EtcdPort      int `json:"etcdPort"`
+	// EtcdPort is etcd's client port; its peer port is the next one.
+	EtcdPort int `json:"etcdPort"`
+	// ControllerManagerPort and SchedulerPort are their secure ports (health); a stack that
+	// runs beside another sets its own. Defaults 10257 and 10259.
+	ControllerManagerPort int `json:"controllerManagerPort"`
+	SchedulerPort         int `json:"schedulerPort"`
 	// ServiceCIDR is the range of Service cluster IPs.
 	ServiceCIDR string `json:"serviceCIDR"`
 }
@@ -43,6 +48,9 @@ type Node struct {
 	// Backend is "process": unitlet binaries as host processes; or "nspawn": a Debian
 	// machine booted by systemd-nspawn with systemd as PID 1 running unitlet's units (see
 	// nspawn.go). nspawn machines share the host's network, so a stack has at most one.
+	// Or "vm": a qemu virtual machine with its own kernel (cgroup v2: the units' limits are
+	// enforced), containerd, mounts and network, running every service (see vm.go); the
+	// machine has one core of emulation, so a stack has at most one.
 	// Or "kubelet": the real kubelet of KubernetesVersion, to measure unitlet against
 	// (kubelet.go); it listens on fixed ports, so a stack has at most one, and it runs no
 	// unitlet services. It shares the stack's containerd and stops pods it did not start,
@@ -100,6 +108,12 @@ func LoadStack(path string) (*Stack, error) {
 	if s.ControlPlane.EtcdPort == 0 {
 		s.ControlPlane.EtcdPort = 2379
 	}
+	if s.ControlPlane.ControllerManagerPort == 0 {
+		s.ControlPlane.ControllerManagerPort = 10257
+	}
+	if s.ControlPlane.SchedulerPort == 0 {
+		s.ControlPlane.SchedulerPort = 10259
+	}
 	if s.ControlPlane.ServiceCIDR == "" {
 		s.ControlPlane.ServiceCIDR = "10.0.0.0/24"
 	}
@@ -115,7 +129,7 @@ func LoadStack(path string) (*Stack, error) {
 		return nil, fmt.Errorf("%s: name %q: use lower-case letters, digits and dashes", path, s.Name)
 	}
 	seen := map[string]bool{}
-	nspawn, podsync, kubelet := 0, 0, 0
+	nspawn, podsync, kubelet, vm := 0, 0, 0, 0
 	status := 0 // nodes running unitlet-status
 	for i, n := range s.Nodes {
 		if !nodeName.MatchString(n.Name) || seen[n.Name] {
@@ -128,6 +142,13 @@ func LoadStack(path string) (*Stack, error) {
 			if nspawn++; nspawn > 1 {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second nspawn node: the machines share the host's network and would listen on the same ports", path, i)
 			}
+		case "vm":
+			if vm++; vm > 1 {
+				return nil, fmt.Errorf("%s: nodes[%d]: a second vm node: each emulated machine takes a core; one per stack", path, i)
+			}
+			if s.Runtime.Kind != "" {
+				return nil, fmt.Errorf("%s: runtime.kind %q: a stack with a vm node has no host runtime (the vm runs its own containerd); leave runtime out", path, s.Runtime.Kind)
+			}
 		case "kubelet":
 			if s.Standalone {
 				return nil, fmt.Errorf("%s: nodes[%d]: a kubelet node in a standalone stack: the harness runs the kubelet against its API server only", path, i)
@@ -139,7 +160,7 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].services: a kubelet node runs the kubelet, no unitlet services", path, i)
 			}
 		default:
-			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn, kubelet", path, i, n.Backend)
+			return nil, fmt.Errorf("%s: nodes[%d].backend %q: supported backends: process, nspawn, vm, kubelet", path, i, n.Backend)
 		}
 		for j, svc := range n.Services {
 			if !slices.Contains(knownServices, svc) {
@@ -151,7 +172,7 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second node with status: the node API of each listens on the host's port 10250", path, i)
 			}
 		}
-		if slices.Contains(n.Services, "podsync") {
+		if slices.Contains(n.Services, "podsync") && n.Backend != "vm" {
 			if podsync++; podsync > 1 {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second node with podsync: the nodes share the stack's containerd, and each podsync stops pods it did not start", path, i)
 			}
