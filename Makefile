@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes fuzz run clean tools
 
 all: build
 
@@ -43,8 +43,8 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
-## test: everything — generated code, lint, unit tests, integration tests
-test: prereqs proto-check lint test-unit test-integration
+## test: everything — generated code, lint, unit tests, integration tests, the vm node
+test: prereqs proto-check lint test-unit test-integration test-vm
 	@echo "make test: all passed"
 
 ## test-unit: the fast tests of every module, with the race detector
@@ -52,9 +52,16 @@ test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 ## test-integration: real processes under systemd-socket-activate, unit files under
-## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min)
+## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
+## the vm node's tests are test-vm's
 test-integration: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m ./integration/... ./systemd/...
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$') ./systemd/...
+
+## test-vm: unitlet in a qemu virtual machine (integration/stacks/vm-node.yaml; its tree and
+## disk image cached in ~/.cache/unitlet): the units' limits in their cgroups, an OOM kill of
+## one service, a pod from the API server; prints boot-to-Ready and boot-to-first-pod
+test-vm: build harness-binaries
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=30m -v ./integration/vmtest/
 
 ## harness-binaries: etcd and the Kubernetes control plane, built from the pinned modules
 ## in integration/tools into the cache (~/.cache/unitlet) unless already there

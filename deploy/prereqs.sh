@@ -18,6 +18,9 @@ declare -A packages=(
 	[debootstrap]=debootstrap
 	[systemd-nspawn]=systemd-container
 	[nsenter]=util-linux
+	# the harness's vm nodes: the emulator, the disk image
+	[qemu-system-x86_64]=qemu-system-x86
+	[mkfs.ext4]=e2fsprogs
 )
 # Debian packages checked by name (the harness needs the static busybox and the CNI plugins
 # in /usr/lib/cni, which no command names).

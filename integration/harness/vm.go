@@ -349,7 +349,7 @@ func (r *vmRelay) forward(c *net.UnixConn, dial string) {
 	vmagent.Splice(vmagent.HalfClose(st), st, c)
 }
 
-// createFirstPod creates the pod whose start `up` times from boot: bound to the node, so it
+// createFirstPod creates the pod whose start `up` times from boot: for the node only, so it
 // waits for it, busybox sleeping.
 func (h *Harness) createFirstPod(n Node) error {
 	if h.stack.Standalone {
@@ -367,7 +367,9 @@ func (h *Harness) createFirstPod(n Node) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"unitlet-harness": "first-pod"}},
 		Spec: corev1.PodSpec{
-			NodeName:                      n.Name,
+			// Scheduled, not bound: the pod GC deletes pods bound to a node that does not
+			// exist yet.
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": n.Name},
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name: "sleep", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
