@@ -61,9 +61,10 @@ type vmSpec struct {
 	Chardev string `json:"chardev"`
 	// Agent is the socket whose connections become exec streams.
 	Agent string `json:"agent"`
-	// SocketDir gets one socket per service, forwarded to /run/unitlet/<svc>.sock.
-	SocketDir string   `json:"socketDir"`
-	Services  []string `json:"services"`
+	// SocketDir gets one socket per service, forwarded to <GuestSocketDir>/<svc>.sock.
+	SocketDir      string   `json:"socketDir"`
+	GuestSocketDir string   `json:"guestSocketDir"`
+	Services       []string `json:"services"`
 }
 
 // vmAgentSocket is node's agent socket on the host.
@@ -95,13 +96,15 @@ func (h *Harness) vmComponent(n Node, f *controlPlaneFiles) component {
 				return nil, fmt.Errorf("the share of %s: %w", n.Name, err)
 			}
 			spec := vmSpec{
-				Chardev:   filepath.Join(h.nodeDir(n.Name), "serial.sock"),
-				Agent:     h.vmAgentSocket(n.Name),
-				SocketDir: h.NodeSocketDir(n.Name),
-				Services:  n.Services,
+				Chardev:        filepath.Join(h.nodeDir(n.Name), "serial.sock"),
+				Agent:          h.vmAgentSocket(n.Name),
+				SocketDir:      h.NodeSocketDir(n.Name),
+				GuestSocketDir: "/run/unitlet",
+				Services:       n.Services,
 			}
 			spec.Qemu = []string{
-				"-name", n.Name, "-machine", "q35", "-m", "2048", "-smp", "1",
+				// TCG: these machines have no KVM. One vCPU: emulation takes a host core.
+				"-name", n.Name, "-machine", "q35", "-accel", "tcg", "-m", "2048", "-smp", "1",
 				"-display", "none", "-no-reboot", "-serial", "stdio", "-monitor", "none",
 				"-kernel", kernel, "-initrd", initrd,
 				"-append", "root=/dev/vda rw systemd.unified_cgroup_hierarchy=1 console=ttyS0 panic=-1 systemd.show_status=1 systemd.hostname=" + n.Name,
@@ -228,7 +231,7 @@ func RunVM(specFile string, stderr io.Writer) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
 	r := &vmRelay{spec: spec, log: stderr}
-	go r.run(exited)
+	go r.run()
 	select {
 	case err := <-exited:
 		return fmt.Errorf("qemu exited: %v", err)
@@ -256,8 +259,8 @@ type vmRelay struct {
 }
 
 // run connects to qemu's chardev, waits for the guest agent's hello, serves, and connects
-// again when the session ends (the agent restarted), until qemu exits.
-func (r *vmRelay) run(exited <-chan error) {
+// again when the session ends (the agent restarted); it ends with this process.
+func (r *vmRelay) run() {
 	for {
 		conn, err := net.Dial("unix", r.spec.Chardev)
 		if err != nil {
@@ -324,7 +327,7 @@ func (r *vmRelay) listen() {
 	}
 	serve(r.spec.Agent, "")
 	for _, svc := range r.spec.Services {
-		serve(filepath.Join(r.spec.SocketDir, svc+".sock"), "/run/unitlet/"+svc+".sock")
+		serve(filepath.Join(r.spec.SocketDir, svc+".sock"), filepath.Join(r.spec.GuestSocketDir, svc+".sock"))
 	}
 }
 

@@ -218,7 +218,7 @@ func (h *Harness) ensureVMImage(n Node) (string, error) {
 	if err := syscall.Mount("overlay", root, "overlay", syscall.MS_RDONLY, opts); err != nil {
 		return "", fmt.Errorf("mount the overlay on %s (%s): %w", root, opts, err)
 	}
-	defer func() { _ = h.unmountUnder(root) }()
+	defer func() { _ = syscall.Unmount(root, syscall.MNT_DETACH) }()
 	tmp := img + ".tmp"
 	_ = os.Remove(tmp)
 	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
@@ -242,8 +242,8 @@ func (h *Harness) ensureVMImage(n Node) (string, error) {
 			_ = os.Remove(o)
 		}
 	}
-	if err := h.unmountUnder(root); err != nil {
-		return "", err
+	if err := syscall.Unmount(root, 0); err != nil {
+		return "", fmt.Errorf("unmount %s: %w", root, err)
 	}
 	return img, os.RemoveAll(work)
 }

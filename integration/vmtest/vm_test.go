@@ -6,20 +6,24 @@ package vmtest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/integration/harness"
+	"github.com/unitlet/unitlet/shared/bus"
 )
 
 var (
@@ -373,6 +377,49 @@ func TestPodFromTheAPIServerRunsOnTheVM(t *testing.T) {
 	id := strings.TrimPrefix(got.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	if tasks := inNode(t, n.Name, "ctr", "-n", "k8s.io", "tasks", "ls"); !strings.Contains(tasks, id+" ") || !strings.Contains(tasks, "RUNNING") {
 		t.Errorf("container %s is not running in the guest's containerd:\n%s", id, tasks)
+	}
+}
+
+func TestHarnessHelpersReachTheVM(t *testing.T) {
+	n := vmNode(t)
+	// Exec: exit codes, standard input and both outputs come back from the guest.
+	cmd := stack.Exec(n.Name, []string{"sh", "-c", "read x; echo \"$x on $(hostname)\"; echo to-stderr >&2; exit 7"})
+	cmd.Stdin = strings.NewReader("hello\n")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("exec's exit: %v, want exit status 7", err)
+	}
+	if stdout.String() != "hello on "+n.Name+"\n" || stderr.String() != "to-stderr\n" {
+		t.Errorf("exec: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+	// The bus sockets: NodeSocketDir reaches the guest's services, as for the other backends.
+	for _, svc := range n.Services {
+		conn, err := bus.Dial(stack.NodeSocketDir(n.Name), svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		conn.Close()
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("unitlet-%s through %s: %v %v", svc, stack.NodeSocketDir(n.Name), resp.GetStatus(), err)
+		}
+	}
+	// ServicePID is the unit's MainPID in the guest.
+	pid, err := stack.ServicePID(n.Name, "podsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comm := inNode(t, n.Name, "cat", fmt.Sprintf("/proc/%d/comm", pid)); comm != "unitlet-podsync" {
+		t.Errorf("ServicePID(podsync) = %d, which is %q in the guest", pid, comm)
+	}
+	// Logs: the serial console carries the services' output.
+	if logs := stack.Logs(2000, n.Name+"/vm"); !strings.Contains(logs, "unitlet-podsync[") {
+		t.Errorf("the vm's log has no line of unitlet-podsync:\n%s", lastLines(logs, 20))
 	}
 }
 
