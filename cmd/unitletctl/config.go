@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
@@ -89,6 +92,53 @@ func configCmd(ctx context.Context, g globals) error {
 	b.Write(y)
 	_, err = fmt.Fprint(g.stdout, b.String())
 	return err
+}
+
+// bootstrapCmd shows unitlet-config's TLS bootstrap: a table, or the status as JSON.
+func bootstrapCmd(ctx context.Context, g globals) error {
+	conn, path, err := dial(g, "config")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	resp, err := configv1.NewConfigServiceClient(conn).GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("this unitlet-config (%s) does not report its TLS bootstrap: upgrade it", path)
+	}
+	if err != nil {
+		return explain("config", path, err)
+	}
+	st := resp.GetStatus()
+	if g.output == "json" {
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(st)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+		return err
+	}
+	when := func(ts *timestamppb.Timestamp) string {
+		if ts == nil {
+			return "-"
+		}
+		return stamp(ts.AsTime())
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 8, 3, ' ', 0)
+	for _, row := range [][2]string{
+		{"STATE", strings.TrimPrefix(st.GetState().String(), "BOOTSTRAP_STATE_")},
+		{"SINCE", when(st.GetLastTransitionTime())},
+		{"MESSAGE", dash(st.GetMessage())},
+		{"ATTEMPTS", fmt.Sprint(st.GetAttempts())},
+		{"CSR", dash(st.GetCsrName())},
+		{"CERTIFICATE NOT AFTER", when(st.GetCertificateNotAfter())},
+		{"NEXT ATTEMPT", when(st.GetNextAttemptTime())},
+		{"LAST ERROR", dash(st.GetLastError())},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	return tw.Flush()
 }
 
 // bootstrapLine is the "# TLS bootstrap:" line: the state, and what to know about it.

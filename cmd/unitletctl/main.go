@@ -3,6 +3,7 @@
 //
 //	unitletctl status [SERVICE...]   every service: socket, reachability, health, version, pid, uptime
 //	unitletctl config                the effective configuration, its generation and the last reload
+//	unitletctl config bootstrap      the TLS bootstrap: state, attempts, CSR, last error
 //	unitletctl pods                  the node's pods: status, readiness, restarts, age, IP
 //	unitletctl node                  the node in the API: registration, conditions, lease
 //	unitletctl certs [rotate KIND]   the node's certificates and their rotation; force one
@@ -45,6 +46,7 @@ const usage = `Usage: unitletctl [flags] COMMAND
 Commands:
   status [SERVICE...]  the unitlet services: socket, reachability, health, version, pid, uptime
   config               the node's effective configuration, its generation and the last reload
+  config bootstrap     the TLS bootstrap (unitlet-config): state, attempts, CSR, certificate, last error
   pods                 the node's pods (unitlet-podsync): status, ready, restarts, age, IP, source
   node                 the node in the API (unitlet-status): registration, conditions, lease, pod status writes
   certs                the node's certificates (unitlet-certs): subject, not-after, next rotation, state
@@ -92,11 +94,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "status":
 		err = statusCmd(ctx, g, rest)
 	case "config":
-		if len(rest) > 0 {
-			err = usageError(fmt.Errorf("config takes no arguments"))
-			break
+		switch {
+		case len(rest) == 0:
+			err = configCmd(ctx, g)
+		case len(rest) == 1 && rest[0] == "bootstrap":
+			err = bootstrapCmd(ctx, g)
+		default:
+			err = usageError(fmt.Errorf("config takes no arguments but \"bootstrap\""))
 		}
-		err = configCmd(ctx, g)
 	case "pods":
 		if len(rest) > 0 {
 			err = usageError(fmt.Errorf("pods takes no arguments"))

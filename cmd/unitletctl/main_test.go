@@ -21,6 +21,16 @@ import (
 type fakeConfig struct {
 	configv1.UnimplementedConfigServiceServer
 	status *configv1.ReloadStatus
+	// boot is the TLS bootstrap's status; nil answers Unimplemented, as an older
+	// unitlet-config does.
+	boot *configv1.BootstrapStatus
+}
+
+func (f fakeConfig) GetBootstrapStatus(ctx context.Context, r *configv1.GetBootstrapStatusRequest) (*configv1.GetBootstrapStatusResponse, error) {
+	if f.boot == nil {
+		return f.UnimplementedConfigServiceServer.GetBootstrapStatus(ctx, r)
+	}
+	return &configv1.GetBootstrapStatusResponse{Status: f.boot}, nil
 }
 
 func (fakeConfig) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
@@ -40,6 +50,11 @@ func (f fakeConfig) GetReloadStatus(context.Context, *configv1.GetReloadStatusRe
 
 // serveConfig runs a real daemon with a fake config API in a temp socket dir.
 func serveConfig(t *testing.T, st *configv1.ReloadStatus) string {
+	return serveFakeConfig(t, fakeConfig{status: st})
+}
+
+// serveFakeConfig runs a real daemon serving f in a temp socket dir.
+func serveFakeConfig(t *testing.T, f fakeConfig) string {
 	t.Helper()
 	dir := t.TempDir()
 	var s daemon.Settings
@@ -47,7 +62,7 @@ func serveConfig(t *testing.T, st *configv1.ReloadStatus) string {
 		t.Fatal(err)
 	}
 	d := daemon.New(daemon.Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	configv1.RegisterConfigServiceServer(d.Server(), fakeConfig{status: st})
+	configv1.RegisterConfigServiceServer(d.Server(), f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -113,6 +128,42 @@ func TestConfig(t *testing.T) {
 	var kc map[string]any
 	if err := json.Unmarshal([]byte(out), &kc); err != nil || kc["maxPods"] != float64(42) {
 		t.Fatalf("config -o json: %v\n%s", err, out)
+	}
+}
+
+func TestConfigBootstrap(t *testing.T) {
+	notAfter := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+	dir := serveFakeConfig(t, fakeConfig{boot: &configv1.BootstrapStatus{
+		State: configv1.BootstrapState_BOOTSTRAP_STATE_DONE, Message: "wrote /var/lib/unitlet/kubeconfig",
+		Attempts: 2, CsrName: "csr-abc12", CertificateNotAfter: timestamppb.New(notAfter),
+		LastTransitionTime: timestamppb.Now(),
+	}})
+	out, _, code := ctl("--socket-dir="+dir, "config", "bootstrap")
+	for _, want := range []string{"STATE", "DONE", "csr-abc12", "wrote /var/lib/unitlet/kubeconfig", notAfter.Local().Format(time.RFC3339)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config bootstrap output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	out, _, code = ctl("--socket-dir="+dir, "config", "bootstrap", "-o", "json")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 {
+		t.Fatalf("config bootstrap -o json: exit %d, %v\n%s", code, err, out)
+	}
+	if st["state"] != "BOOTSTRAP_STATE_DONE" || st["csrName"] != "csr-abc12" || st["attempts"] != float64(2) {
+		t.Errorf("config bootstrap -o json: %v", st)
+	}
+
+	// An older unitlet-config: the error says so.
+	old := serveConfig(t, &configv1.ReloadStatus{})
+	_, errOut, code := ctl("--socket-dir="+old, "config", "bootstrap")
+	if code != 1 || !strings.Contains(errOut, "does not report its TLS bootstrap") {
+		t.Errorf("config bootstrap against an older unitlet-config: exit %d %q", code, errOut)
+	}
+	if _, _, code := ctl("--socket-dir="+dir, "config", "frobnicate"); code != 2 {
+		t.Errorf("config frobnicate: exit %d, want 2", code)
 	}
 }
 

@@ -113,6 +113,24 @@ func (h *Harness) makePKI() (*controlPlaneFiles, error) {
 	return f, nil
 }
 
+// auditPolicy has the API server record, at Metadata level, what nodes do and every request
+// of no known user: which identity wrote a Node, and any credentials the API server refused
+// (a failed authentication has no user, so it falls through to the last rule). The
+// control plane's own components and the admin are left out.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes", "system:bootstrappers"]
+- level: None
+  userGroups: ["system:masters", "system:serviceaccounts", "system:authenticated"]
+- level: Metadata
+`
+
+// AuditLog is the API server's audit log (JSON lines, see auditPolicy).
+func (h *Harness) AuditLog() string { return filepath.Join(h.paths.logs, "kube-apiserver-audit.log") }
+
 func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 	cp := h.stack.ControlPlane
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cp.EtcdPort)
@@ -136,8 +154,13 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 		{
 			name: "kube-apiserver",
 			start: func() (*proc, error) {
+				policy := filepath.Join(h.paths.pki, "audit-policy.yaml")
+				if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+					return nil, err
+				}
 				return startProcess(logs, "kube-apiserver", nil, h.bins.APIServer,
 					"--etcd-servers="+etcdURL,
+					"--audit-policy-file="+policy, "--audit-log-path="+h.AuditLog(), "--audit-log-format=json",
 					"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 					fmt.Sprintf("--secure-port=%d", cp.APIServerPort),
 					"--cert-dir="+filepath.Join(h.paths.pki, "apiserver-generated"),

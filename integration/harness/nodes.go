@@ -54,6 +54,9 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				if addr := n.Metrics[svc]; addr != "" {
 					env = append(env, "UNITLET_METRICS_ADDR="+addr)
 				}
+				if n.CertificateLifetime != "" && (svc == "config" || svc == "certs") {
+					env = append(env, "UNITLET_CERTIFICATE_LIFETIME="+n.CertificateLifetime)
+				}
 				bin := filepath.Join(h.binDir(), "unitlet-"+svc)
 				if svc != "config" {
 					// The other services read everything from unitlet-config.

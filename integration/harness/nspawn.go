@@ -409,7 +409,14 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		files = append(files, file{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
 		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: 0o644, data: []byte(h.unitDropIn(n, svc))})
 	}
-	if !h.stack.Standalone {
+	switch {
+	case h.stack.Standalone:
+	case n.Bootstrap:
+		// The bootstrap token alone: unitlet-config in the machine writes the kubeconfig.
+		if err := h.writeNodeBootstrapCredentials(n, f); err != nil {
+			return "", err
+		}
+	default:
 		// The node's credentials, as the kubelet's kubeconfig after TLS bootstrapping, in a
 		// directory bound at its host path: the node's host services read them too.
 		if err := h.writeNodeCredentials(n, f); err != nil {
@@ -483,6 +490,33 @@ func (h *Harness) writeNodeCredentials(n Node, f *controlPlaneFiles) error {
 		filepath.Join(dir, "node-client.crt"), filepath.Join(dir, "node-client.key"), "")
 }
 
+// writeNodeBootstrapCredentials puts the cluster CA and a bootstrap kubeconfig with the
+// stack's bootstrap token in node n's credentials directory. A kubeconfig that an earlier
+// boot of the machine bootstrapped stays, as on a rebooted node.
+func (h *Harness) writeNodeBootstrapCredentials(n Node, f *controlPlaneFiles) error {
+	dir := h.nodeCredsDir(n.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(f.ca.CertFile)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		return err
+	}
+	token, err := h.bootstrapToken()
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(h.nodeBootstrapKubeconfig(n.Name), h.APIServerURL(), filepath.Join(dir, "ca.crt"), "kubelet-bootstrap", "", "", token)
+}
+
+// nodeBootstrapKubeconfig is a bootstrapping nspawn node's --bootstrap-kubeconfig.
+func (h *Harness) nodeBootstrapKubeconfig(node string) string {
+	return filepath.Join(h.nodeCredsDir(node), "bootstrap.kubeconfig")
+}
+
 // unitDropIn is the harness's drop-in for the unit of service svc in node n's machine. The
 // shipped units stay as they are; the drop-in points the service at the node's directories
 // on the host (bound into the machine at the same path, see nspawnComponent) and lets it
@@ -495,18 +529,26 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	if addr := n.Metrics[svc]; addr != "" {
 		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
 	}
+	rw := h.nodeRootDir(n.Name)
 	if svc == "config" {
 		fmt.Fprintf(&b, "Environment=UNITLET_ROOT_DIR=%s\n", h.nodeRootDir(n.Name))
 		if !h.stack.Standalone {
 			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", h.nodeKubeconfig(n.Name))
 		}
+		if n.Bootstrap {
+			// TLS bootstrap writes the kubeconfig beside the bootstrap kubeconfig.
+			fmt.Fprintf(&b, "Environment=UNITLET_BOOTSTRAP_KUBECONFIG=%s\n", h.nodeBootstrapKubeconfig(n.Name))
+			rw += " " + h.nodeCredsDir(n.Name)
+		}
+	}
+	if n.CertificateLifetime != "" && (svc == "config" || svc == "certs") {
+		fmt.Fprintf(&b, "Environment=UNITLET_CERTIFICATE_LIFETIME=%s\n", n.CertificateLifetime)
 	}
 	// The node's directories are under the stack's directory, by default in /var/tmp, which
 	// PrivateTmp= would replace with an empty one; ProtectSystem=strict makes them read-only.
 	b.WriteString("PrivateTmp=no\n")
 	// Every service may write the root dir, as the units' StateDirectory=; podsync makes the
 	// pods' log directories too.
-	rw := h.nodeRootDir(n.Name)
 	if svc == "podsync" {
 		rw += " " + h.nodePodLogsDir(n.Name)
 	}

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -73,8 +74,14 @@ type Node struct {
 	HostServices []string `json:"hostServices,omitempty"`
 	// Bootstrap starts the node with no credentials but the stack's bootstrap token:
 	// unitlet-config makes its client certificate by TLS bootstrapping, as a new node
-	// joining a cluster does. Process nodes only, for now.
+	// joining a cluster does. A process node bootstraps each time its config starts; an
+	// nspawn machine keeps what it bootstrapped across its restarts, as a real node keeps
+	// its kubeconfig across reboots.
 	Bootstrap bool `json:"bootstrap,omitempty"`
+	// CertificateLifetime is the lifetime the node's CSRs ask for
+	// (UNITLET_CERTIFICATE_LIFETIME for config and certs), e.g. 10m, the shortest the API
+	// server accepts: certificates then expire, and are rotated, within a test run.
+	CertificateLifetime string `json:"certificateLifetime,omitempty"`
 	// ServerTLSBootstrap sets the node's serverTLSBootstrap: unitlet-certs requests the
 	// node API's serving certificate, and the stack runs an approver for it (the
 	// controller-manager never approves kubelet-serving CSRs).
@@ -182,8 +189,14 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].hostServices[%d] %q: only an nspawn node may run volumes (and only volumes) on the host, and not also in the machine", path, i, j, svc)
 			}
 		}
-		if n.Bootstrap && (n.Backend != "process" || s.Standalone) {
-			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a process node of a stack with an API server bootstraps (so far)", path, i)
+		if n.Bootstrap && (n.Backend == "kubelet" || s.Standalone) {
+			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a unitlet node of a stack with an API server bootstraps", path, i)
+		}
+		if n.CertificateLifetime != "" {
+			d, err := time.ParseDuration(n.CertificateLifetime)
+			if err != nil || d < 10*time.Minute {
+				return nil, fmt.Errorf("%s: nodes[%d].certificateLifetime %q: want a duration of at least 10m (the shortest the API server accepts), e.g. 10m or 24h", path, i, n.CertificateLifetime)
+			}
 		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
 			return nil, fmt.Errorf("%s: nodes[%d].services: config must come first (the others read the configuration from it)", path, i)

@@ -35,6 +35,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
+	lifetime, err := pki.RequestedLifetime(nil)
+	if err != nil {
+		return err
+	}
 	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
 	if err != nil {
 		return err
@@ -48,11 +52,12 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		certDir = filepath.Join(cfg.Paths.GetRootDir(), "pki")
 	}
 	opts := Options{
-		CertDir: certDir,
-		Node:    cfg.Identity(),
-		Serving: kc.ServerTLSBootstrap,
-		Clock:   clock.RealClock{},
-		Logger:  log,
+		CertDir:  certDir,
+		Node:     cfg.Identity(),
+		Serving:  kc.ServerTLSBootstrap,
+		Lifetime: lifetime,
+		Clock:    clock.RealClock{},
+		Logger:   log,
 	}
 	client, rc, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-certs", kc)
 	switch {

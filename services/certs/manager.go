@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
@@ -36,6 +37,9 @@ type Options struct {
 	ClientCredentials string
 	// Serving requests and rotates a serving certificate (serverTLSBootstrap).
 	Serving bool
+	// Lifetime is the lifetime each CSR asks for (UNITLET_CERTIFICATE_LIFETIME); 0 leaves
+	// it to the signer.
+	Lifetime time.Duration
 
 	Clock   clock.Clock
 	Random  func() float64
@@ -89,7 +93,7 @@ func NewManager(o Options) *Manager {
 		kind:      KindClient,
 		store:     pki.Store{Dir: o.CertDir, Prefix: pki.ClientPrefix},
 		marker:    filepath.Join(o.CertDir, ".rotate-client"),
-		request:   pki.ClientRequest(name, 0),
+		request:   pki.ClientRequest(name, o.Lifetime),
 		client:    o.Client,
 		missingOK: true,
 		metrics:   mk,
@@ -98,7 +102,7 @@ func NewManager(o Options) *Manager {
 		kind:         KindServing,
 		store:        pki.Store{Dir: o.CertDir, Prefix: pki.ServerPrefix},
 		marker:       filepath.Join(o.CertDir, ".rotate-serving"),
-		request:      pki.ServingRequest(name, []string{hostname}, ips, 0),
+		request:      pki.ServingRequest(name, []string{hostname}, ips, o.Lifetime),
 		client:       o.Client,
 		checkRequest: true,
 		metrics:      ms,

@@ -351,3 +351,28 @@ func gauge(t *testing.T, f *fixture, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+func TestCSRsAskForTheConfiguredLifetime(t *testing.T) {
+	f := newFixture(t)
+	f.opts.Lifetime = 15 * time.Minute
+	f.opts.Serving = true
+	now := f.clock.Now()
+	old := f.install(t, f.clientStore(), pkitest.Cert{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)})
+	if err := os.WriteFile(filepath.Join(f.dir, ".rotate-client"), []byte("rotation requested\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.start(t)
+	f.waitFor(t, KindServing, "a serving certificate", func(c Certificate) bool { return c.State == "valid" })
+	f.waitFor(t, KindClient, "a rotated client certificate", func(c Certificate) bool {
+		return c.State == "valid" && serial(c) != old.SerialNumber.String()
+	})
+	csrs := f.cluster.csrs(t)
+	if len(csrs) != 2 {
+		t.Fatalf("%d CSRs, want one client and one serving", len(csrs))
+	}
+	for _, r := range csrs {
+		if s := r.Spec.ExpirationSeconds; s == nil || *s != 900 {
+			t.Errorf("CSR %s for %s asks for expirationSeconds %v, want 900", r.Name, r.Spec.SignerName, s)
+		}
+	}
+}

@@ -54,6 +54,8 @@ type Bootstrapper struct {
 	jitter    func() float64 // in [0, 1)
 	newClient func(*rest.Config) (kubernetes.Interface, error)
 	timeout   time.Duration
+	// lifetime is the certificate lifetime the CSR asks for; 0 leaves it to the signer.
+	lifetime time.Duration
 
 	attempts *prometheus.CounterVec
 
@@ -197,7 +199,7 @@ func (b *Bootstrapper) attempt(ctx context.Context, reason error) (err error) {
 	if err != nil {
 		return fmt.Errorf("client for the bootstrap kubeconfig %s: %w", bootstrap, err)
 	}
-	req := pki.ClientRequest(node, 0)
+	req := pki.ClientRequest(node, b.lifetime)
 	key, keyPEM, err := pki.NewKey()
 	if err != nil {
 		return err

@@ -192,6 +192,7 @@ func TestBootstrapWritesCertificateAndKubeconfig(t *testing.T) {
 		return cluster
 	})
 	f.b.newClient = wrapSigner(t, f, f.b.newClient, signAsAsked)
+	f.b.lifetime = 15 * time.Minute // UNITLET_CERTIFICATE_LIFETIME
 	f.run(t)
 	st := f.waitState(t, configv1.BootstrapState_BOOTSTRAP_STATE_DONE)
 	if st.GetAttempts() != 1 || st.GetCsrName() == "" || st.GetCertificateNotAfter() == nil || st.GetLastError() != "" {
@@ -207,6 +208,9 @@ func TestBootstrapWritesCertificateAndKubeconfig(t *testing.T) {
 	}
 	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
 		t.Errorf("CSR signer %q", csr.Spec.SignerName)
+	}
+	if s := csr.Spec.ExpirationSeconds; s == nil || *s != 900 {
+		t.Errorf("CSR expirationSeconds %v, want 900 (the configured lifetime)", s)
 	}
 
 	notAfter, err := pki.CheckKubeconfig(f.paths.Kubeconfig, f.clock.Now())

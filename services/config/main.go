@@ -13,6 +13,7 @@ import (
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/pki"
 	"github.com/unitlet/unitlet/shared/version"
 )
 
@@ -43,6 +44,10 @@ func Main(ctx context.Context, args []string, environ func(string) (string, bool
 	if err != nil {
 		return fail(daemon.ExitBadConfig, err)
 	}
+	lifetime, err := pki.RequestedLifetime(nil)
+	if err != nil {
+		return fail(daemon.ExitBadConfig, err)
+	}
 
 	lock, err := Lock(o.RootDir)
 	if err != nil {
@@ -60,6 +65,7 @@ func Main(ctx context.Context, args []string, environ func(string) (string, bool
 		return fail(daemon.ExitBadConfig, err)
 	}
 	bootstrap := NewBootstrapper(svc.Current, d.Registry(), log)
+	bootstrap.lifetime = lifetime
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })

@@ -1,0 +1,300 @@
+package harnesstest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/integration/harness"
+	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/pki"
+)
+
+// The default stack's node-1 (podsyncNode, an nspawn machine under systemd) joins with the
+// bootstrap token alone and asks for certificates that live 10 minutes
+// (certificateLifetime: 10m, the shortest the API server accepts), so its client and
+// serving certificates expire, and are rotated, while the suite runs.
+
+// auditEvent is the part of an API server audit event (audit.k8s.io/v1) the tests read.
+type auditEvent struct {
+	Verb string `json:"verb"`
+	User struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	StageTimestamp metav1.MicroTime `json:"stageTimestamp"`
+}
+
+// auditEvents are the API server's audit events (see the harness's audit policy).
+func auditEvents(t *testing.T) []auditEvent {
+	t.Helper()
+	f, err := os.Open(stack.AuditLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var ev auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v", stack.AuditLog(), err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// nodeClient is a client with node's own kubeconfig, the one its services use.
+func nodeClient(t *testing.T, node string) (kubernetes.Interface, string) {
+	t.Helper()
+	kubeconfig, _ := stack.NodeCredentials(node)
+	stack.WaitFor(t, 2*time.Minute, node+"'s kubeconfig written by TLS bootstrap", func(context.Context) (bool, string) {
+		if _, err := pki.CheckKubeconfig(kubeconfig, time.Now()); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	rc, err := harness.RESTConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, kubeconfig
+}
+
+// TestNspawnNodeJoinsWithTheBootstrapTokenAlone: the machine was given the bootstrap token and
+// no other credentials; it turns Ready, and its Node and Lease are written by
+// system:node:<name> (the API server's audit log says who wrote them).
+func TestNspawnNodeJoinsWithTheBootstrapTokenAlone(t *testing.T) {
+	node := nspawnNode(t)
+	waitNodeReady(t, 2*time.Minute)
+	c, _ := nodeClient(t, node)
+	if u := whoAmI(t, c); u.Username != "system:node:"+node || !slices.Contains(u.Groups, "system:nodes") {
+		t.Errorf("%s's kubeconfig authenticates as %q %v, want system:node:%s in system:nodes", node, u.Username, u.Groups, node)
+	}
+
+	// Its first certificate came from a CSR of the bootstrap token, asking for 10 minutes.
+	csrs, err := admin(t).CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bootstrapCSR *certificatesv1.CertificateSigningRequest
+	for i, r := range csrs.Items {
+		if r.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && slices.Contains(r.Spec.Groups, "system:bootstrappers") &&
+			len(r.Status.Certificate) > 0 && subjectOf(t, r.Status.Certificate) == "system:node:"+node {
+			bootstrapCSR = &csrs.Items[i]
+		}
+	}
+	if bootstrapCSR == nil {
+		t.Fatalf("no CSR of a bootstrap token issued a certificate for system:node:%s", node)
+	}
+	if s := ptr.Deref(bootstrapCSR.Spec.ExpirationSeconds, 0); s != 600 {
+		t.Errorf("the bootstrap CSR %s asks for expirationSeconds %d, want 600 (certificateLifetime: 10m)", bootstrapCSR.Name, s)
+	}
+
+	// unitletctl in the machine shows the bootstrap done.
+	var st struct {
+		State   string `json:"state"`
+		CSRName string `json:"csrName"`
+	}
+	out := inNode(t, node, "unitletctl", "config", "bootstrap", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("unitletctl config bootstrap -o json: %v\n%s", err, out)
+	}
+	if st.State != "BOOTSTRAP_STATE_DONE" && st.State != "BOOTSTRAP_STATE_NOT_NEEDED" {
+		t.Errorf("unitletctl config bootstrap: state %s, want DONE:\n%s", st.State, out)
+	}
+
+	// Who wrote the Node and the Lease: only the node itself.
+	writes := map[string]int{}
+	for _, ev := range auditEvents(t) {
+		r := ev.ObjectRef
+		if r == nil || r.Name != node || !slices.Contains([]string{"create", "update", "patch"}, ev.Verb) ||
+			(r.Resource != "nodes" && r.Resource != "leases") || ev.ResponseStatus == nil || ev.ResponseStatus.Code >= 300 {
+			continue
+		}
+		what := r.Resource
+		if r.Subresource != "" {
+			what += "/" + r.Subresource
+		}
+		if ev.User.Username != "system:node:"+node {
+			t.Errorf("%s %s %s by %s (%s)", ev.Verb, what, node, ev.User.Username, ev.UserAgent)
+		}
+		writes[ev.Verb+" "+what]++
+	}
+	if writes["create nodes"] == 0 || writes["patch nodes/status"]+writes["update nodes/status"] == 0 || writes["update leases"] == 0 {
+		t.Errorf("the audit log lacks the node's own writes of its Node, status and Lease: %v", writes)
+	}
+}
+
+// subjectOf is the common name of a PEM certificate.
+func subjectOf(t *testing.T, pemBytes []byte) string {
+	t.Helper()
+	certs, err := pki.ParseCertificates(pemBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs[0].Subject.CommonName
+}
+
+// nodeCertificates are node's certificates as its unitlet-certs lists them, by kind.
+func nodeCertificates(t *testing.T, node string) map[certsv1.CertificateKind]*certsv1.Certificate {
+	t.Helper()
+	conn, err := bus.Dial(stack.NodeSocketDir(node), "certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := certsv1.NewCertsServiceClient(conn).ListCertificates(ctx, &certsv1.ListCertificatesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[certsv1.CertificateKind]*certsv1.Certificate{}
+	for _, c := range l.GetCertificates() {
+		out[c.GetKind()] = c
+	}
+	return out
+}
+
+// tokenPod is a pod of the default service account's token (a projected volume that
+// unitlet-volumes fills with a TokenRequest as the node).
+func tokenPod(name string) *corev1.Pod {
+	p := busyboxPod(name, "sleep 3600")
+	p.Spec.AutomountServiceAccountToken = nil
+	return p
+}
+
+// TestNodeOutlivesItsShortLivedCertificates forces node-1's client and serving certificates
+// to rotate now, starts a pod, then (after t.Parallel, which holds it until every other
+// test of the package has run, so the wait overlaps them) waits past those certificates'
+// expiry and checks that nothing noticed: unitlet-certs rotated both again by itself, the
+// pod still runs with no restart, the lease is renewed, a new pod with a service-account
+// token starts and is reported, the node API serves a current certificate, and the API
+// server refused none of the node's services (no 401 in its audit log).
+func TestNodeOutlivesItsShortLivedCertificates(t *testing.T) {
+	node := nspawnNode(t)
+	waitNodeReady(t, 2*time.Minute)
+	since := time.Now()
+	conn, err := bus.Dial(stack.NodeSocketDir(node), "certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	certs := certsv1.NewCertsServiceClient(conn)
+	forced := map[certsv1.CertificateKind]*certsv1.Certificate{}
+	for _, kind := range []certsv1.CertificateKind{certsv1.CertificateKind_CERTIFICATE_KIND_CLIENT, certsv1.CertificateKind_CERTIFICATE_KIND_SERVING} {
+		asked := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		r, err := certs.Rotate(ctx, &certsv1.RotateRequest{Kind: kind})
+		cancel()
+		if err != nil {
+			t.Fatalf("rotate %s: %v\n%s", kind, err, stack.Logs(30))
+		}
+		c := r.GetCertificate()
+		// The signer backdates notBefore by 5 minutes; notAfter is the asked lifetime away.
+		if left := c.GetNotAfter().AsTime().Sub(asked); left > 11*time.Minute {
+			t.Fatalf("the %s certificate is valid for %s more, want 10 minutes (certificateLifetime: 10m)", kind, left.Round(time.Second))
+		}
+		forced[kind] = c
+	}
+	expiry := forced[certsv1.CertificateKind_CERTIFICATE_KIND_CLIENT].GetNotAfter().AsTime()
+	if s := forced[certsv1.CertificateKind_CERTIFICATE_KIND_SERVING].GetNotAfter().AsTime(); s.After(expiry) {
+		expiry = s
+	}
+	createPod(t, tokenPod("certlife-before"))
+	before := apiPodRunningReady(t, "certlife-before", 2*time.Minute)
+	t.Logf("forced rotations: the certificates in use expire at %s; the check runs after the other tests", expiry.Format(time.RFC3339))
+
+	t.Parallel()
+	if wait := time.Until(expiry.Add(15 * time.Second)); wait > 0 {
+		t.Logf("waiting %s for the forced certificates to expire", wait.Round(time.Second))
+		time.Sleep(wait)
+	}
+
+	// unitlet-certs replaced both before they expired, by itself.
+	now := time.Now()
+	for kind, was := range forced {
+		c := nodeCertificates(t, node)[kind]
+		if c.GetSerial() == was.GetSerial() || !c.GetNotAfter().AsTime().After(now) {
+			t.Errorf("%s certificate: serial %s valid until %s (the forced one was %s until %s), want a newer, valid one",
+				kind, c.GetSerial(), c.GetNotAfter().AsTime(), was.GetSerial(), was.GetNotAfter().AsTime())
+		}
+	}
+	served, err := servedCertificate(t, strings.TrimPrefix(nodeAPI(t), "https://"))
+	if err != nil || !served.NotAfter.After(now) {
+		t.Errorf("the node API after the expiry: %v (serves a certificate valid until %v)", err, served)
+	}
+
+	// The node keeps talking: its lease is renewed after the expiry.
+	stack.WaitFor(t, time.Minute, "the lease renewed after the forced certificates expired", func(ctx context.Context) (bool, string) {
+		l, err := admin(t).CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(expiry), fmt.Sprintf("renewTime %v", l.Spec.RenewTime)
+	})
+	if r := nodeReady(waitNodeReady(t, time.Minute)); r == nil || r.Status != corev1.ConditionTrue {
+		t.Errorf("%s not Ready after the expiry: %v", node, r)
+	}
+
+	// The pod from before runs on, untouched.
+	p, err := admin(t).CoreV1().Pods("default").Get(context.Background(), "certlife-before", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 ||
+		p.Status.ContainerStatuses[0].ContainerID != before.Status.ContainerStatuses[0].ContainerID || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("certlife-before after the expiry: phase %s, containers %+v; before: %+v", p.Status.Phase, p.Status.ContainerStatuses, before.Status.ContainerStatuses)
+	}
+
+	// A new pod: podsync sees it, volumes gets its token, status reports it Running.
+	createPod(t, tokenPod("certlife-after"))
+	apiPodRunningReady(t, "certlife-after", 2*time.Minute)
+	if tok := mustInPod(t, "certlife-after", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"); strings.Count(tok, ".") != 2 {
+		t.Errorf("the token in certlife-after is not a JWT: %q", tok)
+	}
+
+	// No service of the node was refused by the API server since the forced rotation.
+	for _, ev := range auditEvents(t) {
+		if ev.ResponseStatus == nil || ev.ResponseStatus.Code != 401 || ev.StageTimestamp.Time.Before(since) {
+			continue
+		}
+		for _, svc := range []string{"unitlet-podsync/", "unitlet-status/", "unitlet-volumes/", "unitlet-certs/"} {
+			if strings.HasPrefix(ev.UserAgent, svc) {
+				t.Errorf("401 at %s for %s (%s %+v)", ev.StageTimestamp.Format(time.RFC3339), ev.UserAgent, ev.Verb, ev.ObjectRef)
+			}
+		}
+	}
+}
