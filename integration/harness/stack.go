@@ -189,8 +189,8 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].hostServices[%d] %q: only an nspawn node may run volumes (and only volumes) on the host, and not also in the machine", path, i, j, svc)
 			}
 		}
-		if n.Bootstrap && (n.Backend == "kubelet" || s.Standalone) {
-			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a unitlet node of a stack with an API server bootstraps", path, i)
+		if n.Bootstrap && (!slices.Contains([]string{"process", "nspawn"}, n.Backend) || s.Standalone) {
+			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a process or nspawn node of a stack with an API server bootstraps (a vm node is given its client certificate)", path, i)
 		}
 		if n.CertificateLifetime != "" {
 			d, err := time.ParseDuration(n.CertificateLifetime)

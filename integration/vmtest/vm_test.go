@@ -212,9 +212,10 @@ func TestUnitLimitsAreInTheirCgroups(t *testing.T) {
 }
 
 func TestCPUQuotaSetAtRuntimeReachesTheCgroup(t *testing.T) {
-	// The units ship without CPUQuota=; an operator's limit must still reach the kernel.
+	// podsync ships without CPUQuota= (it is on the pods' path); an operator's limit must
+	// still reach the kernel.
 	n := vmNode(t)
-	unit := "unitlet-config.service"
+	unit := "unitlet-podsync.service"
 	inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=40%")
 	defer inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=")
 	if got := cgroupFile(t, n.Name, unit, "cpu.max"); got != "40000 100000" {
