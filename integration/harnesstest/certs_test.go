@@ -38,22 +38,8 @@ const bootstrapNode = "node-2"
 // with it.
 func waitBootstrapped(t *testing.T) (kubernetes.Interface, string, string) {
 	t.Helper()
-	kubeconfig, certDir := stack.NodeCredentials(bootstrapNode)
-	stack.WaitFor(t, 2*time.Minute, bootstrapNode+"'s kubeconfig written by TLS bootstrap", func(context.Context) (bool, string) {
-		_, err := pki.CheckKubeconfig(kubeconfig, time.Now())
-		if err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
-	rc, err := harness.RESTConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, kubeconfig := nodeClient(t, bootstrapNode)
+	_, certDir := stack.NodeCredentials(bootstrapNode)
 	return c, kubeconfig, certDir
 }
 
