@@ -86,8 +86,18 @@ func (h *Harness) nodeBackend(name string) string {
 
 // ensureNspawnTree builds the machine tree into the cache unless it is there.
 func (h *Harness) ensureNspawnTree() (string, error) {
-	dir := NspawnTreeDir()
-	if _, err := os.Stat(filepath.Join(dir, "usr", "lib", "os-release")); err == nil {
+	return h.ensureTree(NspawnTreeDir(), "the nspawn machine tree", "1 to 3 minutes", nspawnPackages, nil)
+}
+
+// ensureTree builds a Debian tree with packages into dir (in the cache) unless it is
+// there, and checks it with check (when not nil) before putting it in place. It returns
+// what it did, for the step's line.
+func (h *Harness) ensureTree(dir, what, takes string, packages []string, check func(tmp string) error) (string, error) {
+	done := func() bool {
+		_, err := os.Stat(filepath.Join(dir, "usr", "lib", "os-release"))
+		return err == nil
+	}
+	if done() {
 		return " (cached in " + dir + ")", nil
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
@@ -105,7 +115,7 @@ func (h *Harness) ensureNspawnTree() (string, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "usr", "lib", "os-release")); err == nil {
+	if done() {
 		return " (built by another harness, in " + dir + ")", nil
 	}
 	// Build beside it and rename, so that a tree in place is always complete. An interrupted
@@ -119,8 +129,8 @@ func (h *Harness) ensureNspawnTree() (string, error) {
 	}
 	mirror := debianMirror()
 	logPath := dir + ".log"
-	fmt.Fprintf(h.out, "building the nspawn machine tree: debootstrap %s from %s (first time: 1 to 3 minutes; log %s)\n", debianSuite, mirror, logPath)
-	if err := h.debootstrap(tmp, mirror, logPath, nspawnPackages); err != nil {
+	fmt.Fprintf(h.out, "building %s: debootstrap %s from %s (first time: %s; log %s)\n", what, debianSuite, mirror, takes, logPath)
+	if err := h.debootstrap(tmp, mirror, logPath, packages); err != nil {
 		_ = h.unmountUnder(tmp)
 		return "", err
 	}
@@ -133,6 +143,11 @@ func (h *Harness) ensureNspawnTree() (string, error) {
 	}
 	if err := h.unmountUnder(tmp); err != nil {
 		return "", err
+	}
+	if check != nil {
+		if err := check(tmp); err != nil {
+			return "", err
+		}
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", err

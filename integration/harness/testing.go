@@ -71,3 +71,30 @@ func (h *Harness) WaitFor(t testing.TB, within time.Duration, what string, cond 
 		}
 	}
 }
+
+// InNode runs a command inside node (see Exec) and returns its trimmed output; a failure
+// fails t with the output.
+func (h *Harness) InNode(t testing.TB, node string, args ...string) string {
+	t.Helper()
+	out, err := h.Exec(node, args).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s on %s: %v\n%s", strings.Join(args, " "), node, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// UnitProps reads properties of a systemd unit inside node (systemctl show).
+func (h *Harness) UnitProps(t testing.TB, node, unit string, props ...string) map[string]string {
+	t.Helper()
+	args := []string{"systemctl", "show", unit}
+	for _, p := range props {
+		args = append(args, "-p", p)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(h.InNode(t, node, args...), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = v
+		}
+	}
+	return got
+}

@@ -3,7 +3,6 @@ package harness
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,61 +57,10 @@ func VMTreeDir() string {
 
 // ensureVMTree builds the vm tree into the cache unless it is there.
 func (h *Harness) ensureVMTree() (string, error) {
-	dir := VMTreeDir()
-	done := func() bool {
-		_, err := os.Stat(filepath.Join(dir, "usr", "lib", "os-release"))
-		return err == nil
-	}
-	if done() {
-		return " (cached in " + dir + ")", nil
-	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return "", errors.New("debootstrap is missing: apt-get install -y debootstrap (or make prereqs)")
-	}
-	if err := os.MkdirAll(CacheDir(), 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	if done() {
-		return " (built by another harness, in " + dir + ")", nil
-	}
-	tmp := dir + ".tmp"
-	if err := h.unmountUnder(tmp); err != nil {
-		return "", err
-	}
-	if err := os.RemoveAll(tmp); err != nil {
-		return "", err
-	}
-	mirror := debianMirror()
-	logPath := dir + ".log"
-	fmt.Fprintf(h.out, "building the vm tree: debootstrap %s from %s (first time: 3 to 6 minutes; log %s)\n", debianSuite, mirror, logPath)
-	if err := h.debootstrap(tmp, mirror, logPath, vmPackages); err != nil {
-		_ = h.unmountUnder(tmp)
-		return "", err
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "var", "cache", "apt", "archives", "*.deb"))
-	for _, d := range debs {
-		if err := os.Remove(d); err != nil {
-			return "", err
-		}
-	}
-	if err := h.unmountUnder(tmp); err != nil {
-		return "", err
-	}
-	if _, _, err := vmKernel(tmp); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
-	}
-	return " (built into " + dir + ")", nil
+	return h.ensureTree(VMTreeDir(), "the vm tree", "3 to 6 minutes", vmPackages, func(tmp string) error {
+		_, _, err := vmKernel(tmp)
+		return err
+	})
 }
 
 // vmKernel is the kernel and initrd of a vm tree.

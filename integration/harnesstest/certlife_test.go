@@ -127,7 +127,7 @@ func TestNspawnNodeJoinsWithTheBootstrapTokenAlone(t *testing.T) {
 		State   string `json:"state"`
 		CSRName string `json:"csrName"`
 	}
-	out := inNode(t, node, "unitletctl", "config", "bootstrap", "-o", "json")
+	out := stack.InNode(t, node, "unitletctl", "config", "bootstrap", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("unitletctl config bootstrap -o json: %v\n%s", err, out)
 	}

@@ -21,36 +21,10 @@ func nspawnNode(t *testing.T) string {
 	return ""
 }
 
-// inNode runs a command inside the node and returns its trimmed output.
-func inNode(t *testing.T, node string, args ...string) string {
-	t.Helper()
-	out, err := stack.Exec(node, args).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s on %s: %v\n%s", strings.Join(args, " "), node, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// unitProps reads properties of a unit inside the node.
-func unitProps(t *testing.T, node, unit string, props ...string) map[string]string {
-	t.Helper()
-	args := []string{"systemctl", "show", unit}
-	for _, p := range props {
-		args = append(args, "-p", p)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(inNode(t, node, args...), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			got[k] = v
-		}
-	}
-	return got
-}
-
 // configAnswers checks that unitletctl inside the node gets the node's configuration.
 func configAnswers(t *testing.T, node string) {
 	t.Helper()
-	out := inNode(t, node, "unitletctl", "config", "-o", "json")
+	out := stack.InNode(t, node, "unitletctl", "config", "-o", "json")
 	if !strings.Contains(out, `"failCgroupV1": false`) {
 		t.Fatalf("unitletctl config on %s: not the harness's configuration:\n%s", node, out)
 	}
@@ -63,13 +37,13 @@ func TestNspawnNodeBootsWithSystemd(t *testing.T) {
 		failed, _ := stack.Exec(node, []string{"systemctl", "--failed", "--plain", "--no-legend"}).CombinedOutput()
 		t.Fatalf("systemctl is-system-running on %s: %q; failed units:\n%s", node, st, failed)
 	}
-	if got := inNode(t, node, "hostname"); got != node {
+	if got := stack.InNode(t, node, "hostname"); got != node {
 		t.Errorf("hostname in the machine: %q, want %q", got, node)
 	}
-	if got := inNode(t, node, "systemctl", "is-enabled", "unitlet.target"); got != "enabled" {
+	if got := stack.InNode(t, node, "systemctl", "is-enabled", "unitlet.target"); got != "enabled" {
 		t.Errorf("unitlet.target: %s, want enabled", got)
 	}
-	if got := inNode(t, node, "getent", "group", "unitlet"); !strings.HasPrefix(got, "unitlet:") {
+	if got := stack.InNode(t, node, "getent", "group", "unitlet"); !strings.HasPrefix(got, "unitlet:") {
 		t.Errorf("sysusers.d did not create the unitlet group: %q", got)
 	}
 }
@@ -77,15 +51,15 @@ func TestNspawnNodeBootsWithSystemd(t *testing.T) {
 func TestNspawnNodeSocketActivatesConfig(t *testing.T) {
 	node := nspawnNode(t)
 	// Stopped, the service is started again by the first connection to its socket.
-	inNode(t, node, "systemctl", "stop", "unitlet-config.service")
-	if st := unitProps(t, node, "unitlet-config.service", "ActiveState")["ActiveState"]; st != "inactive" {
+	stack.InNode(t, node, "systemctl", "stop", "unitlet-config.service")
+	if st := stack.UnitProps(t, node, "unitlet-config.service", "ActiveState")["ActiveState"]; st != "inactive" {
 		t.Fatalf("unitlet-config.service after stop: %s, want inactive", st)
 	}
-	if st := unitProps(t, node, "unitlet-config.socket", "ActiveState")["ActiveState"]; st != "active" {
+	if st := stack.UnitProps(t, node, "unitlet-config.socket", "ActiveState")["ActiveState"]; st != "active" {
 		t.Fatalf("unitlet-config.socket: %s, want active (listening)", st)
 	}
 	configAnswers(t, node)
-	p := unitProps(t, node, "unitlet-config.service", "ActiveState", "MainPID")
+	p := stack.UnitProps(t, node, "unitlet-config.service", "ActiveState", "MainPID")
 	if p["ActiveState"] != "active" || p["MainPID"] == "0" {
 		t.Fatalf("unitlet-config.service after a connection: %v, want active with a main process", p)
 	}
@@ -94,15 +68,15 @@ func TestNspawnNodeSocketActivatesConfig(t *testing.T) {
 func TestNspawnNodeRestartsKilledConfig(t *testing.T) {
 	node := nspawnNode(t)
 	configAnswers(t, node) // running, socket-activated if it was not
-	before := unitProps(t, node, "unitlet-config.service", "MainPID", "NRestarts")
-	inNode(t, node, "systemctl", "kill", "--signal=KILL", "unitlet-config.service")
+	before := stack.UnitProps(t, node, "unitlet-config.service", "MainPID", "NRestarts")
+	stack.InNode(t, node, "systemctl", "kill", "--signal=KILL", "unitlet-config.service")
 	// Asked during the restart (RestartSec=1), the call waits in the socket's backlog and
 	// the next process answers it.
 	start := time.Now()
 	configAnswers(t, node)
 	t.Logf("unitletctl config answered %s after the SIGKILL", time.Since(start).Round(10*time.Millisecond))
 	stack.WaitFor(t, 30*time.Second, "systemd restarts the killed unitlet-config", func(ctx context.Context) (bool, string) {
-		after := unitProps(t, node, "unitlet-config.service", "MainPID", "NRestarts", "ActiveState")
+		after := stack.UnitProps(t, node, "unitlet-config.service", "MainPID", "NRestarts", "ActiveState")
 		n0, _ := strconv.Atoi(before["NRestarts"])
 		n1, _ := strconv.Atoi(after["NRestarts"])
 		ok := after["ActiveState"] == "active" && after["MainPID"] != "0" && after["MainPID"] != before["MainPID"] && n1 > n0
@@ -114,7 +88,7 @@ func TestNspawnNodeRestartsKilledConfig(t *testing.T) {
 func TestNspawnNodeConfigMemoryLimit(t *testing.T) {
 	node := nspawnNode(t)
 	configAnswers(t, node)
-	p := unitProps(t, node, "unitlet-config.service", "MemoryMax", "ControlGroup")
+	p := stack.UnitProps(t, node, "unitlet-config.service", "MemoryMax", "ControlGroup")
 	if p["MemoryMax"] != "134217728" {
 		t.Fatalf("MemoryMax of unitlet-config.service: %q, want 134217728 (MemoryMax=128M)", p["MemoryMax"])
 	}

@@ -56,32 +56,6 @@ func vmNode(t *testing.T) harness.Node {
 	return harness.Node{}
 }
 
-// inNode runs a command in the guest and returns its trimmed output.
-func inNode(t *testing.T, node string, args ...string) string {
-	t.Helper()
-	out, err := stack.Exec(node, args).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s on %s: %v\n%s", strings.Join(args, " "), node, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// unitProps reads properties of a unit in the guest.
-func unitProps(t *testing.T, node, unit string, props ...string) map[string]string {
-	t.Helper()
-	args := []string{"systemctl", "show", unit}
-	for _, p := range props {
-		args = append(args, "-p", p)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(inNode(t, node, args...), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			got[k] = v
-		}
-	}
-	return got
-}
-
 func admin(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c, err := stack.AdminClient()
@@ -160,19 +134,19 @@ func wantCPUMax(t *testing.T, file, v string) string {
 // cgroupFile reads a file of a unit's cgroup in the guest.
 func cgroupFile(t *testing.T, node, unit, file string) string {
 	t.Helper()
-	cg := unitProps(t, node, unit, "ControlGroup")["ControlGroup"]
+	cg := stack.UnitProps(t, node, unit, "ControlGroup")["ControlGroup"]
 	if cg == "" {
 		t.Fatalf("%s on %s has no cgroup (not running?)", unit, node)
 	}
-	return inNode(t, node, "cat", "/sys/fs/cgroup"+cg+"/"+file)
+	return stack.InNode(t, node, "cat", "/sys/fs/cgroup"+cg+"/"+file)
 }
 
 func TestVMHasCgroupV2WithControllers(t *testing.T) {
 	node := vmNode(t).Name
-	if fs := inNode(t, node, "stat", "-f", "-c", "%T", "/sys/fs/cgroup"); fs != "cgroup2fs" {
+	if fs := stack.InNode(t, node, "stat", "-f", "-c", "%T", "/sys/fs/cgroup"); fs != "cgroup2fs" {
 		t.Fatalf("/sys/fs/cgroup on %s is %s, want cgroup2fs (booted with systemd.unified_cgroup_hierarchy=1)", node, fs)
 	}
-	ctrl := inNode(t, node, "cat", "/sys/fs/cgroup/system.slice/cgroup.subtree_control")
+	ctrl := stack.InNode(t, node, "cat", "/sys/fs/cgroup/system.slice/cgroup.subtree_control")
 	for _, c := range []string{"memory", "cpu", "pids"} {
 		if !strings.Contains(" "+ctrl+" ", " "+c+" ") {
 			t.Errorf("system.slice on %s does not delegate the %s controller to its units: %q", node, c, ctrl)
@@ -187,7 +161,7 @@ func TestUnitLimitsAreInTheirCgroups(t *testing.T) {
 			unit := "unitlet-" + svc + ".service"
 			file := filepath.Join("systemd", unit)
 			limits := unitLimits(t, svc)
-			if st := unitProps(t, n.Name, unit, "ActiveState")["ActiveState"]; st != "active" {
+			if st := stack.UnitProps(t, n.Name, unit, "ActiveState")["ActiveState"]; st != "active" {
 				t.Fatalf("%s on %s is %s, want active", unit, n.Name, st)
 			}
 			if got, want := cgroupFile(t, n.Name, unit, "memory.max"), wantMemoryMax(t, file, limits["MemoryMax"]); got != want {
@@ -199,7 +173,7 @@ func TestUnitLimitsAreInTheirCgroups(t *testing.T) {
 			want := limits["TasksMax"]
 			if want == "" || want == "infinity" {
 				// Not set: systemd's DefaultTasksMax, which it reports.
-				want = unitProps(t, n.Name, unit, "TasksMax")["TasksMax"]
+				want = stack.UnitProps(t, n.Name, unit, "TasksMax")["TasksMax"]
 				if want == "infinity" {
 					want = "max"
 				}
@@ -216,8 +190,8 @@ func TestCPUQuotaSetAtRuntimeReachesTheCgroup(t *testing.T) {
 	// still reach the kernel.
 	n := vmNode(t)
 	unit := "unitlet-podsync.service"
-	inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=40%")
-	defer inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=")
+	stack.InNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=40%")
+	defer stack.InNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "CPUQuota=")
 	if got := cgroupFile(t, n.Name, unit, "cpu.max"); got != "40000 100000" {
 		t.Errorf("%s after CPUQuota=40%%: cpu.max = %s, want 40000 100000", unit, got)
 	}
@@ -261,10 +235,10 @@ func TestOOMKillOfOneServiceLeavesTheRestAlone(t *testing.T) {
 	others := map[string]string{}
 	for _, svc := range n.Services {
 		if svc != victim {
-			others[svc] = unitProps(t, n.Name, "unitlet-"+svc+".service", "MainPID")["MainPID"]
+			others[svc] = stack.UnitProps(t, n.Name, "unitlet-"+svc+".service", "MainPID")["MainPID"]
 		}
 	}
-	before := unitProps(t, n.Name, unit, "MainPID", "NRestarts", "MemoryCurrent")
+	before := stack.UnitProps(t, n.Name, unit, "MainPID", "NRestarts", "MemoryCurrent")
 	working, err := strconv.ParseInt(before["MemoryCurrent"], 10, 64)
 	if err != nil {
 		t.Fatalf("%s MemoryCurrent=%q", unit, before["MemoryCurrent"])
@@ -278,32 +252,32 @@ func TestOOMKillOfOneServiceLeavesTheRestAlone(t *testing.T) {
 	// are killed too until the limit is back, so restore it as soon as systemd saw it.
 	low := min(working/4, 4<<20) // a Go service with client-go needs more to even start
 	t.Logf("%s: working set %d bytes; MemoryMax=%d", unit, working, low)
-	inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, fmt.Sprintf("MemoryMax=%d", low))
+	stack.InNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, fmt.Sprintf("MemoryMax=%d", low))
 	restored := false
 	restore := func() {
 		if !restored {
 			restored = true
-			inNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "MemoryMax="+limit)
+			stack.InNode(t, n.Name, "systemctl", "set-property", "--runtime", unit, "MemoryMax="+limit)
 		}
 	}
 	defer restore()
 	stack.WaitFor(t, time.Minute, unit+" killed by the kernel's OOM killer", func(ctx context.Context) (bool, string) {
-		p := unitProps(t, n.Name, unit, "Result", "NRestarts", "MainPID")
+		p := stack.UnitProps(t, n.Name, unit, "Result", "NRestarts", "MainPID")
 		return p["Result"] == "oom-kill" || p["NRestarts"] != before["NRestarts"], fmt.Sprint(p)
 	})
 	restore()
 
 	// systemd's record: the result and the restart.
-	journal := inNode(t, n.Name, "journalctl", "-u", unit, "--no-pager", "-o", "cat")
+	journal := stack.InNode(t, n.Name, "journalctl", "-u", unit, "--no-pager", "-o", "cat")
 	if !strings.Contains(journal, "Failed with result 'oom-kill'") {
 		t.Errorf("the journal of %s does not record Result=oom-kill:\n%s", unit, lastLines(journal, 20))
 	}
-	kernel := inNode(t, n.Name, "journalctl", "-k", "--no-pager", "-o", "cat")
+	kernel := stack.InNode(t, n.Name, "journalctl", "-k", "--no-pager", "-o", "cat")
 	if !strings.Contains(kernel, "Killed process") || !strings.Contains(kernel, "unitlet-"+victim) {
 		t.Errorf("the kernel log does not show the OOM kill of unitlet-%s:\n%s", victim, lastLines(kernel, 20))
 	}
 	stack.WaitFor(t, 2*time.Minute, unit+" restarted and healthy under its shipped limit", func(ctx context.Context) (bool, string) {
-		p := unitProps(t, n.Name, unit, "ActiveState", "SubState", "NRestarts", "MainPID")
+		p := stack.UnitProps(t, n.Name, unit, "ActiveState", "SubState", "NRestarts", "MainPID")
 		if p["ActiveState"] != "active" || p["SubState"] != "running" || p["NRestarts"] == before["NRestarts"] || p["MainPID"] == before["MainPID"] {
 			return false, fmt.Sprint(p)
 		}
@@ -318,7 +292,7 @@ func TestOOMKillOfOneServiceLeavesTheRestAlone(t *testing.T) {
 
 	// Nothing else noticed.
 	for svc, pid := range others {
-		if got := unitProps(t, n.Name, "unitlet-"+svc+".service", "MainPID")["MainPID"]; got != pid {
+		if got := stack.UnitProps(t, n.Name, "unitlet-"+svc+".service", "MainPID")["MainPID"]; got != pid {
 			t.Errorf("unitlet-%s restarted meanwhile: MainPID %s, was %s", svc, got, pid)
 		}
 	}
@@ -336,7 +310,7 @@ func TestOOMKillOfOneServiceLeavesTheRestAlone(t *testing.T) {
 		t.Errorf("pod %s was disturbed: %s %+v, was %s %+v", pod.Name, podAfter.Status.Phase, now, pod.Status.Phase, was)
 	}
 	id := strings.TrimPrefix(was.ContainerID, "containerd://")
-	if tasks := inNode(t, n.Name, "ctr", "-n", "k8s.io", "tasks", "ls"); !strings.Contains(tasks, id) {
+	if tasks := stack.InNode(t, n.Name, "ctr", "-n", "k8s.io", "tasks", "ls"); !strings.Contains(tasks, id) {
 		t.Errorf("container %s of pod %s is no longer a task of the guest's containerd:\n%s", id, pod.Name, tasks)
 	}
 }
@@ -376,7 +350,7 @@ func TestPodFromTheAPIServerRunsOnTheVM(t *testing.T) {
 		t.Errorf("pod vm-hello has IP %q, want one of the guest's bridge (10.88.0.0/16)", got.Status.PodIP)
 	}
 	id := strings.TrimPrefix(got.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	if tasks := inNode(t, n.Name, "ctr", "-n", "k8s.io", "tasks", "ls"); !strings.Contains(tasks, id+" ") || !strings.Contains(tasks, "RUNNING") {
+	if tasks := stack.InNode(t, n.Name, "ctr", "-n", "k8s.io", "tasks", "ls"); !strings.Contains(tasks, id+" ") || !strings.Contains(tasks, "RUNNING") {
 		t.Errorf("container %s is not running in the guest's containerd:\n%s", id, tasks)
 	}
 }
@@ -415,7 +389,7 @@ func TestHarnessHelpersReachTheVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if comm := inNode(t, n.Name, "cat", fmt.Sprintf("/proc/%d/comm", pid)); comm != "unitlet-podsync" {
+	if comm := stack.InNode(t, n.Name, "cat", fmt.Sprintf("/proc/%d/comm", pid)); comm != "unitlet-podsync" {
 		t.Errorf("ServicePID(podsync) = %d, which is %q in the guest", pid, comm)
 	}
 	// Logs: the serial console carries the services' output.
