@@ -76,7 +76,8 @@ type Node struct {
 	// unitlet-config makes its client certificate by TLS bootstrapping, as a new node
 	// joining a cluster does. A process node bootstraps each time its config starts; an
 	// nspawn machine keeps what it bootstrapped across its restarts, as a real node keeps
-	// its kubeconfig across reboots.
+	// its kubeconfig across reboots; a vm node boots from its image each time, so it
+	// bootstraps at every boot.
 	Bootstrap bool `json:"bootstrap,omitempty"`
 	// CertificateLifetime is the lifetime the node's CSRs ask for
 	// (UNITLET_CERTIFICATE_LIFETIME for config and certs), e.g. 10m, the shortest the API
@@ -189,8 +190,8 @@ func LoadStack(path string) (*Stack, error) {
 				return nil, fmt.Errorf("%s: nodes[%d].hostServices[%d] %q: only an nspawn node may run volumes (and only volumes) on the host, and not also in the machine", path, i, j, svc)
 			}
 		}
-		if n.Bootstrap && (!slices.Contains([]string{"process", "nspawn"}, n.Backend) || s.Standalone) {
-			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a process or nspawn node of a stack with an API server bootstraps (a vm node is given its client certificate)", path, i)
+		if n.Bootstrap && (n.Backend == "kubelet" || s.Standalone) {
+			return nil, fmt.Errorf("%s: nodes[%d].bootstrap: only a unitlet node of a stack with an API server bootstraps", path, i)
 		}
 		if n.CertificateLifetime != "" {
 			d, err := time.ParseDuration(n.CertificateLifetime)

@@ -268,7 +268,14 @@ func (h *Harness) vmUnitDropIn(n Node, svc string) string {
 	if addr := n.Metrics[svc]; addr != "" {
 		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
 	}
-	if svc == "config" && !h.stack.Standalone {
+	switch {
+	case svc != "config" || h.stack.Standalone:
+	case n.Bootstrap:
+		// TLS bootstrap writes the kubeconfig into the state directory, the one place the
+		// unit may write (ProtectSystem=strict).
+		b.WriteString("Environment=UNITLET_BOOTSTRAP_KUBECONFIG=/etc/unitlet/creds/bootstrap.kubeconfig\n")
+		b.WriteString("Environment=UNITLET_KUBECONFIG=/var/lib/unitlet/kubeconfig\n")
+	default:
 		b.WriteString("Environment=UNITLET_KUBECONFIG=/etc/unitlet/creds/kubeconfig\n")
 	}
 	b.WriteString("StandardOutput=journal+console\nStandardError=journal+console\n")
@@ -335,12 +342,15 @@ const vmNodeSetupScript = `#!/bin/sh
 # Written by unitlet-harness: the node's credentials and the test images, from its share.
 set -eu
 share=` + vmShareDir + `
-if [ -f "$share/creds/kubeconfig" ]; then # none in a standalone stack
+if [ -f "$share/creds/ca.crt" ]; then # none in a standalone stack
 	install -d -m 0755 /etc/unitlet/pki
 	install -m 0644 "$share/creds/ca.crt" /etc/unitlet/pki/ca.crt
 	install -d -m 0700 /etc/unitlet/creds
-	for f in ca.crt node-client.crt node-client.key kubeconfig; do
-		install -m 0600 "$share/creds/$f" "/etc/unitlet/creds/$f"
+	# A client certificate and its kubeconfig, or a bootstrap token's kubeconfig.
+	for f in ca.crt node-client.crt node-client.key kubeconfig bootstrap.kubeconfig; do
+		if [ -f "$share/creds/$f" ]; then
+			install -m 0600 "$share/creds/$f" "/etc/unitlet/creds/$f"
+		fi
 	done
 fi
 for i in $(seq 1 60); do
@@ -381,7 +391,22 @@ func (h *Harness) vmShareFiles(n Node, f *controlPlaneFiles) error {
 			return err
 		}
 	}
-	if !h.stack.Standalone {
+	server := fmt.Sprintf("https://10.0.2.2:%d", h.stack.ControlPlane.APIServerPort)
+	switch {
+	case h.stack.Standalone:
+	case n.Bootstrap:
+		// The bootstrap token alone: unitlet-config in the guest makes the client certificate.
+		if err := copyFile(f.ca.CertFile, filepath.Join(creds, "ca.crt"), 0o600); err != nil {
+			return err
+		}
+		token, err := h.bootstrapToken()
+		if err != nil {
+			return err
+		}
+		if err := writeKubeconfig(filepath.Join(creds, "bootstrap.kubeconfig"), server, "/etc/unitlet/creds/ca.crt", "kubelet-bootstrap", "", "", token); err != nil {
+			return err
+		}
+	default:
 		cert, key, err := h.nodeClientCert(n, f)
 		if err != nil {
 			return err
@@ -391,7 +416,6 @@ func (h *Harness) vmShareFiles(n Node, f *controlPlaneFiles) error {
 				return err
 			}
 		}
-		server := fmt.Sprintf("https://10.0.2.2:%d", h.stack.ControlPlane.APIServerPort)
 		if err := writeKubeconfig(filepath.Join(creds, "kubeconfig"), server, "/etc/unitlet/creds/ca.crt", "system:node:"+n.Name,
 			"/etc/unitlet/creds/node-client.crt", "/etc/unitlet/creds/node-client.key", ""); err != nil {
 			return err

@@ -6,6 +6,7 @@ package vmtest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -151,6 +152,39 @@ func TestVMHasCgroupV2WithControllers(t *testing.T) {
 		if !strings.Contains(" "+ctrl+" ", " "+c+" ") {
 			t.Errorf("system.slice on %s does not delegate the %s controller to its units: %q", node, c, ctrl)
 		}
+	}
+}
+
+// TestVMNodeJoinedByTLSBootstrap: the guest was given the bootstrap token alone; its
+// unitlet-config, sandboxed by its unit as this kernel enforces it (cgroup v2: the unit's
+// IP address filters apply here, unlike in an nspawn machine), reached the API server at
+// 10.0.2.2, and the node's services use the certificate it was issued.
+func TestVMNodeJoinedByTLSBootstrap(t *testing.T) {
+	n := vmNode(t)
+	if !n.Bootstrap {
+		t.Fatalf("%s in %s does not set bootstrap: true", n.Name, stack.Stack().Name)
+	}
+	var st struct {
+		State   string `json:"state"`
+		CSRName string `json:"csrName"`
+	}
+	out := stack.InNode(t, n.Name, "unitletctl", "config", "bootstrap", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("unitletctl config bootstrap -o json: %v\n%s", err, out)
+	}
+	if st.State != "BOOTSTRAP_STATE_DONE" || st.CSRName == "" {
+		t.Fatalf("TLS bootstrap on %s: %s (CSR %q), want DONE:\n%s", n.Name, st.State, st.CSRName, out)
+	}
+	csr, err := admin(t).CertificatesV1().CertificateSigningRequests().Get(context.Background(), st.CSRName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(csr.Spec.Username, "system:bootstrap:") || len(csr.Status.Certificate) == 0 {
+		t.Errorf("CSR %s: by %q, certificate issued: %v; want a bootstrap token's, issued", csr.Name, csr.Spec.Username, len(csr.Status.Certificate) > 0)
+	}
+	// The kubeconfig it wrote points at the rotating link in the cert dir, 0600.
+	if mode := stack.InNode(t, n.Name, "stat", "-c", "%a", "/var/lib/unitlet/kubeconfig", "/var/lib/unitlet/pki/kubelet-client-current.pem"); mode != "600\n600" {
+		t.Errorf("modes of the kubeconfig and the client certificate in the guest: %q, want 600 each", mode)
 	}
 }
 
