@@ -183,7 +183,7 @@ func TestVMNodeJoinedByTLSBootstrap(t *testing.T) {
 		t.Errorf("CSR %s: by %q, certificate issued: %v; want a bootstrap token's, issued", csr.Name, csr.Spec.Username, len(csr.Status.Certificate) > 0)
 	}
 	// The kubeconfig it wrote points at the rotating link in the cert dir, 0600.
-	if mode := stack.InNode(t, n.Name, "stat", "-c", "%a", "/var/lib/unitlet/kubeconfig", "/var/lib/unitlet/pki/kubelet-client-current.pem"); mode != "600\n600" {
+	if mode := stack.InNode(t, n.Name, "stat", "-L", "-c", "%a", "/var/lib/unitlet/kubeconfig", "/var/lib/unitlet/pki/kubelet-client-current.pem"); mode != "600\n600" {
 		t.Errorf("modes of the kubeconfig and the client certificate in the guest: %q, want 600 each", mode)
 	}
 }
