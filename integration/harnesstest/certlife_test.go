@@ -81,6 +81,12 @@ func nodeClient(t *testing.T, node string) (kubernetes.Interface, string) {
 		}
 		return true, ""
 	})
+	return clientFor(t, kubeconfig), kubeconfig
+}
+
+// clientFor is a client with the credentials of kubeconfig.
+func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
 	rc, err := harness.RESTConfig(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +95,7 @@ func nodeClient(t *testing.T, node string) (kubernetes.Interface, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, kubeconfig
+	return c
 }
 
 // TestNspawnNodeJoinsWithTheBootstrapTokenAlone: the machine was given the bootstrap token and

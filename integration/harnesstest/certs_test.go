@@ -410,15 +410,7 @@ func TestWrongBootstrapTokenBacksOffUntilARightOne(t *testing.T) {
 		s := status()
 		return s.GetState() == configv1.BootstrapState_BOOTSTRAP_STATE_DONE, s.GetState().String() + ": " + s.GetMessage()
 	})
-	rc, err := harness.RESTConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u := whoAmI(t, c); u.Username != "system:node:"+node {
+	if u := whoAmI(t, clientFor(t, kubeconfig)); u.Username != "system:node:"+node {
 		t.Errorf("the kubeconfig authenticates as %q, want system:node:%s", u.Username, node)
 	}
 }

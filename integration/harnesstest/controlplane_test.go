@@ -71,14 +71,7 @@ func TestAPIServerReadyAndControllersWork(t *testing.T) {
 }
 
 func TestBootstrapTokenCSRIsApprovedAndIssued(t *testing.T) {
-	cfg, err := harness.RESTConfig(stack.BootstrapKubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot := clientFor(t, stack.BootstrapKubeconfig())
 	node := fmt.Sprintf("csr-test-%d", time.Now().UnixNano()%100000)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
