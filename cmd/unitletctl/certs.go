@@ -23,13 +23,11 @@ func certsCmd(ctx context.Context, g globals, args []string, now time.Time) erro
 	if len(args) > 0 {
 		return usageError(fmt.Errorf("certs: unknown argument %q; want nothing, or rotate [client|serving]", args[0]))
 	}
-	conn, path, err := dial(g, "certs")
+	ctx, conn, path, done, err := connect(ctx, g, "certs")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	defer done()
 	resp, err := certsv1.NewCertsServiceClient(conn).ListCertificates(ctx, &certsv1.ListCertificatesRequest{})
 	if err != nil {
 		return explain("certs", path, err)

@@ -20,13 +20,11 @@ import (
 )
 
 func configCmd(ctx context.Context, g globals) error {
-	conn, path, err := dial(g, "config")
+	ctx, conn, path, done, err := connect(ctx, g, "config")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	defer done()
 	client := configv1.NewConfigServiceClient(conn)
 	cfg, err := client.GetConfig(ctx, &configv1.GetConfigRequest{})
 	if err != nil {
@@ -96,13 +94,11 @@ func configCmd(ctx context.Context, g globals) error {
 
 // bootstrapCmd shows unitlet-config's TLS bootstrap: a table, or the status as JSON.
 func bootstrapCmd(ctx context.Context, g globals) error {
-	conn, path, err := dial(g, "config")
+	ctx, conn, path, done, err := connect(ctx, g, "config")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	defer done()
 	resp, err := configv1.NewConfigServiceClient(conn).GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
 	if status.Code(err) == codes.Unimplemented {
 		return fmt.Errorf("this unitlet-config (%s) does not report its TLS bootstrap: upgrade it", path)

@@ -150,6 +150,17 @@ func explain(service, socket string, err error) error {
 	return fmt.Errorf("unitlet-%s: %w", service, err)
 }
 
+// connect dials service (see dial) and bounds the calls on it by --timeout; done cancels
+// the context and closes the connection.
+func connect(ctx context.Context, g globals, service string) (_ context.Context, _ *grpc.ClientConn, path string, done func(), _ error) {
+	conn, path, err := dial(g, service)
+	if err != nil {
+		return nil, nil, path, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	return ctx, conn, path, func() { cancel(); conn.Close() }, nil
+}
+
 // dial connects to a service's bus socket in g.socketDir; a missing socket is explained
 // as the service not running. It returns the socket's path for explain.
 func dial(g globals, service string) (*grpc.ClientConn, string, error) {

@@ -14,13 +14,11 @@ import (
 // nodeCmd shows the node as unitlet-status reports it to the API server: registration,
 // conditions, lease and pod status writes.
 func nodeCmd(ctx context.Context, g globals, now time.Time) error {
-	conn, path, err := dial(g, "status")
+	ctx, conn, path, done, err := connect(ctx, g, "status")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	defer done()
 	resp, err := statusv1.NewStatusServiceClient(conn).GetNodeStatus(ctx, &statusv1.GetNodeStatusRequest{})
 	if err != nil {
 		return explain("status", path, err)

@@ -30,13 +30,11 @@ type podRow struct {
 }
 
 func podsCmd(ctx context.Context, g globals, now time.Time) error {
-	conn, path, err := dial(g, "podsync")
+	ctx, conn, path, done, err := connect(ctx, g, "podsync")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	defer done()
 	resp, err := podsyncv1.NewPodSyncServiceClient(conn).ListPods(ctx, &podsyncv1.ListPodsRequest{})
 	if err != nil {
 		return explain("podsync", path, err)
