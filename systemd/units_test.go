@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/unit"
 
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/daemon"
 )
 
@@ -370,7 +371,7 @@ func TestUnitsConventions(t *testing.T) {
 	for _, name := range sockets {
 		u := parseUnit(t, name)
 		svc := strings.TrimSuffix(strings.TrimPrefix(name, "unitlet-"), ".socket")
-		path := daemon.SocketPath("/run/unitlet", svc)
+		path := bus.SocketPath("/run/unitlet", svc)
 		if !slices.Contains(u.values("Socket", "ListenStream"), path) {
 			t.Errorf("%s: want ListenStream=%s", name, path)
 		}

@@ -6,8 +6,9 @@ import (
 	"os"
 
 	"github.com/unitlet/unitlet/services/certs"
+	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 func main() {
-	os.Exit(certs.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Main(context.Background(), certs.Command(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -7,8 +7,9 @@ import (
 	"os"
 
 	"github.com/unitlet/unitlet/services/config"
+	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 func main() {
-	os.Exit(config.Main(context.Background(), os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+	os.Exit(daemon.Main(context.Background(), config.Command(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -7,8 +7,9 @@ import (
 	"os"
 
 	"github.com/unitlet/unitlet/services/status"
+	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 func main() {
-	os.Exit(status.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Main(context.Background(), status.Command(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -6,8 +6,9 @@ import (
 	"os"
 
 	"github.com/unitlet/unitlet/services/volumes"
+	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 func main() {
-	os.Exit(volumes.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Main(context.Background(), volumes.Command(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -17,6 +17,7 @@ import (
 
 	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 // fakeCerts is unitlet-certs with a valid client certificate and no serving one; Rotate
@@ -75,7 +76,7 @@ func serveCerts(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	var s daemon.Settings
-	if err := daemon.ParseEnv(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
+	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
 		t.Fatal(err)
 	}
 	d := daemon.New(daemon.Options{Service: "certs", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

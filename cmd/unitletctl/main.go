@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/envconfig"
 	"github.com/unitlet/unitlet/shared/version"
 )
 
@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("unitletctl", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	defaultDir := "/run/unitlet"
-	if v, ok := os.LookupEnv(daemon.EnvPrefix + "SOCKET_DIR"); ok && v != "" {
+	if v, ok := os.LookupEnv(envconfig.Prefix + "SOCKET_DIR"); ok && v != "" {
 		defaultDir = v
 	}
 	fs.StringVar(&g.socketDir, "socket-dir", defaultDir, "the directory of the bus sockets (env UNITLET_SOCKET_DIR)")
@@ -164,7 +164,7 @@ func connect(ctx context.Context, g globals, service string) (_ context.Context,
 // dial connects to a service's bus socket in g.socketDir; a missing socket is explained
 // as the service not running. It returns the socket's path for explain.
 func dial(g globals, service string) (*grpc.ClientConn, string, error) {
-	path := daemon.SocketPath(g.socketDir, service)
+	path := bus.SocketPath(g.socketDir, service)
 	if _, err := os.Stat(path); err != nil {
 		return nil, path, explain(service, path, status.Error(codes.Unavailable, err.Error()))
 	}

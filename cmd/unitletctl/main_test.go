@@ -16,6 +16,7 @@ import (
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 type fakeConfig struct {
@@ -58,7 +59,7 @@ func serveFakeConfig(t *testing.T, f fakeConfig) string {
 	t.Helper()
 	dir := t.TempDir()
 	var s daemon.Settings
-	if err := daemon.ParseEnv(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
+	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
 		t.Fatal(err)
 	}
 	d := daemon.New(daemon.Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -14,7 +14,6 @@ import (
 
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 // serviceStatus is one row of `unitletctl status`.
@@ -104,7 +103,7 @@ func dash(s string) string {
 
 // probe asks one service for its health and identity.
 func probe(ctx context.Context, g globals, service string) serviceStatus {
-	path := daemon.SocketPath(g.socketDir, service)
+	path := bus.SocketPath(g.socketDir, service)
 	st := serviceStatus{Service: service, Socket: path, Health: "-"}
 	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		st.Error = "not running: no socket at " + path

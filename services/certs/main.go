@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,37 +28,51 @@ import (
 // ServiceName is unitlet-certs's name on the bus.
 const ServiceName = "certs"
 
-// Main runs unitlet-certs and returns its exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return daemon.Main(ctx, ServiceName, "unitlet-certs rotates the node's client certificate before it expires and, with\nserverTLSBootstrap, requests and rotates the node API's serving certificate. It reads the\nnode's configuration from unitlet-config over the bus; process settings come from\nUNITLET_* variables (see the README).", args, stdout, stderr, run)
+// Config is unitlet-certs's configuration: the process settings and the lifetime its
+// CSRs ask for, from UNITLET_* variables. The node's configuration comes from
+// unitlet-config over the bus.
+type Config struct {
+	daemon.Settings
+	pki.LifetimeSettings
 }
 
-func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
-	lifetime, err := pki.RequestedLifetime(nil)
+// Validate checks the settings.
+func (c Config) Validate() error {
+	if err := c.Settings.Validate(); err != nil {
+		return err
+	}
+	return c.LifetimeSettings.Validate()
+}
+
+// Command is unitlet-certs's main.
+func Command() daemon.Command[Config] {
+	return daemon.Command[Config]{Service: ServiceName, About: "unitlet-certs rotates the node's client certificate before it expires and, with\nserverTLSBootstrap, requests and rotates the node API's serving certificate. It reads the\nnode's configuration from unitlet-config over the bus.", Run: Run}
+}
+
+// Run runs unitlet-certs until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	nc, err := nodeconfig.Get(ctx, cfg.SocketDir)
 	if err != nil {
 		return err
 	}
-	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
-	if err != nil {
+	kc := nc.KubeletConfiguration
+	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
 		return err
 	}
-	kc := cfg.KubeletConfiguration
-	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
-		return err
-	}
-	certDir := cfg.Paths.GetCertDir()
+	certDir := nc.Paths.GetCertDir()
 	if certDir == "" {
-		certDir = filepath.Join(cfg.Paths.GetRootDir(), "pki")
+		certDir = filepath.Join(nc.Paths.GetRootDir(), "pki")
 	}
 	opts := Options{
 		CertDir:  certDir,
-		Node:     cfg.Identity(),
+		Node:     nc.Identity(),
 		Serving:  kc.ServerTLSBootstrap,
-		Lifetime: lifetime,
+		Lifetime: cfg.CertificateLifetime,
 		Clock:    clock.RealClock{},
 		Logger:   log,
 	}
-	client, rc, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-certs", kc)
+	kube.FollowRotatedCertificates()
+	client, rc, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-certs", kc)
 	switch {
 	case errors.Is(err, kube.ErrStandalone):
 		log.Info("running standalone: no certificate to rotate", "reason", err)
@@ -74,7 +87,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		}
 	}
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	opts.Metrics = newMetrics(d.Registry())
 	m := NewManager(opts)
 	registerTTL(d.Registry(), m, opts.Clock.Now)

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/unitlet/unitlet/services/config/kubeletconfig"
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 // Options are unitlet-config's command line, with the kubelet's flag names. Every flag can
@@ -29,8 +29,6 @@ type Options struct {
 	// Overrides are the flags and variables that set KubeletConfiguration fields, as merge
 	// patches: the environment's first, then the command line's.
 	Overrides []kubeletconfig.Override
-	// Version asks for the version only.
-	Version bool
 }
 
 // configField is a flag that sets a field of the KubeletConfiguration.
@@ -53,15 +51,8 @@ func stringFlag(name string) func(fs *pflag.FlagSet) (any, error) {
 	return func(fs *pflag.FlagSet) (any, error) { return fs.GetString(name) }
 }
 
-// EnvName is the environment variable of a flag.
-func EnvName(flag string) string {
-	return daemon.EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
-// NewFlagSet returns the flag set, bound to o.
-func NewFlagSet(o *Options) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("unitlet-config", pflag.ContinueOnError)
-	fs.SortFlags = false
+// bindFlags binds unitlet-config's flags to o.
+func bindFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ConfigFile, "config", "", "the KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON)")
 	fs.StringVar(&o.ConfigDir, "config-dir", "", "a directory of *.conf KubeletConfiguration drop-ins, merged over --config in lexical order")
 	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "the node name to use instead of the hostname")
@@ -77,41 +68,11 @@ func NewFlagSet(o *Options) *pflag.FlagSet {
 	fs.String("cluster-domain", "", "the cluster's DNS domain (config field clusterDomain)")
 	fs.StringSlice("cluster-dns", nil, "DNS server IPs for pods, comma-separated (config field clusterDNS)")
 	fs.String("register-with-taints", "", "taints to register the node with, key=value:Effect,... (config field registerWithTaints)")
-	fs.BoolVarP(&o.Version, "version", "", false, "print the version and exit")
-	return fs
 }
 
-// ParseOptions parses args, then fills every flag not given from its UNITLET_ variable in
-// environ. Errors name the flag or the variable.
-func ParseOptions(args []string, environ func(string) (string, bool)) (*Options, *pflag.FlagSet, error) {
-	o := &Options{}
-	fs := NewFlagSet(o)
-	fs.SetOutput(new(strings.Builder))
-	if err := fs.Parse(args); err != nil {
-		return nil, fs, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fs, fmt.Errorf("unexpected argument %q: unitlet-config takes flags only", fs.Arg(0))
-	}
-	fromEnv := map[string]bool{}
-	var err error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "version" {
-			return
-		}
-		v, ok := environ(EnvName(f.Name))
-		if !ok {
-			return
-		}
-		if setErr := fs.Set(f.Name, v); setErr != nil {
-			err = fmt.Errorf("environment: %s=%q: %v", EnvName(f.Name), v, setErr)
-			return
-		}
-		fromEnv[f.Name] = true
-	})
-	if err != nil {
-		return nil, fs, err
-	}
+// complete turns the config-field flags into overrides (fromEnv tells the variables from
+// the command line), makes paths absolute and fills the defaults that depend on other flags.
+func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) error {
 	envPatch, envNames := map[string]any{}, []string{}
 	flagPatch, flagNames := map[string]any{}, []string{}
 	for _, cf := range configFields {
@@ -121,11 +82,11 @@ func ParseOptions(args []string, environ func(string) (string, bool)) (*Options,
 		}
 		v, verr := cf.value(fs)
 		if verr != nil {
-			return nil, fs, fmt.Errorf("--%s: %v", cf.flag, verr)
+			return fmt.Errorf("--%s: %v", cf.flag, verr)
 		}
-		if fromEnv[cf.flag] {
+		if fromEnv(cf.flag) {
 			envPatch[cf.field] = v
-			envNames = append(envNames, EnvName(cf.flag))
+			envNames = append(envNames, envconfig.Name(cf.flag))
 		} else {
 			flagPatch[cf.field] = v
 			flagNames = append(flagNames, "--"+cf.flag)
@@ -139,14 +100,6 @@ func ParseOptions(args []string, environ func(string) (string, bool)) (*Options,
 		sort.Strings(flagNames)
 		o.Overrides = append(o.Overrides, kubeletconfig.Override{Kind: kubeletconfig.SourceFlags, Name: strings.Join(flagNames, ","), Patch: flagPatch})
 	}
-	if err := o.complete(); err != nil {
-		return nil, fs, err
-	}
-	return o, fs, nil
-}
-
-// complete makes paths absolute and fills the defaults that depend on other flags.
-func (o *Options) complete() error {
 	for _, p := range []struct {
 		flag string
 		path *string

@@ -8,23 +8,25 @@ import (
 	"github.com/unitlet/unitlet/services/config/kubeletconfig"
 )
 
-func env(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) {
-		v, ok := m[k]
-		return v, ok
+// parseOptions reads unitlet-config's command line and environment as its main does.
+func parseOptions(args []string, environ map[string]string) (*Options, error) {
+	if environ == nil {
+		environ = map[string]string{}
 	}
+	cfg, _, err := Command().Parse(args, environ)
+	return &cfg.Options, err
 }
 
 func TestFlagsOverEnvironmentOverNothing(t *testing.T) {
-	o, _, err := ParseOptions(
+	o, err := parseOptions(
 		[]string{"--config=/etc/unitlet/config.yaml", "--max-pods=50", "--hostname-override=flag-name"},
-		env(map[string]string{
+		map[string]string{
 			"UNITLET_HOSTNAME_OVERRIDE": "env-name",
 			"UNITLET_ROOT_DIR":          "/srv/unitlet",
 			"UNITLET_MAX_PODS":          "20",
 			"UNITLET_CLUSTER_DOMAIN":    "example.org",
 			"UNITLET_NODE_IP":           "192.0.2.1,2001:db8::1",
-		}))
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func TestFlagErrorsNameTheFlagOrVariable(t *testing.T) {
 		{[]string{"--bootstrap-kubeconfig=/etc/unitlet/bootstrap.conf"}, nil, "--kubeconfig"},
 	}
 	for _, c := range cases {
-		_, _, err := ParseOptions(c.args, env(c.env))
+		_, err := parseOptions(c.args, c.env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: error %v, want one naming %s", c.args, c.env, err, c.want)
 		}
@@ -69,7 +71,7 @@ func TestFlagErrorsNameTheFlagOrVariable(t *testing.T) {
 }
 
 func TestRegisterWithTaintsFlag(t *testing.T) {
-	o, _, err := ParseOptions([]string{"--register-with-taints=a=b:NoSchedule,c:NoExecute"}, env(nil))
+	o, err := parseOptions([]string{"--register-with-taints=a=b:NoSchedule,c:NoExecute"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,7 @@ package config
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 
@@ -14,71 +12,66 @@ import (
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/pki"
-	"github.com/unitlet/unitlet/shared/version"
 )
 
 // ServiceName is unitlet-config's name on the bus.
 const ServiceName = "config"
 
-// Main runs unitlet-config and returns its exit code: 0 after a clean stop, 2 when the
-// configuration or the command line is invalid (restarting cannot help), 1 otherwise.
-func Main(ctx context.Context, args []string, environ func(string) (string, bool), stdout, stderr io.Writer) int {
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "unitlet-config: %v\n", err)
-		return code
-	}
-	o, fs, err := ParseOptions(args, environ)
-	if errors.Is(err, pflag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage: unitlet-config [flags]\n\nunitlet-config owns the node's configuration and serves it to the other unitlet services.\nEvery flag can also be set as UNITLET_<FLAG_NAME>; the command line wins.\n\n%s", fs.FlagUsages())
-		return daemon.ExitOK
-	}
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
-	if o.Version {
-		fmt.Fprintln(stdout, version.String("unitlet-config"))
-		return daemon.ExitOK
-	}
+// Config is unitlet-config's configuration: the process settings and the lifetime its TLS
+// bootstrap asks for (UNITLET_* variables), and its command line, with the kubelet's flag
+// names.
+type Config struct {
+	daemon.Settings
+	pki.LifetimeSettings
+	Options
+}
 
-	settings, log, err := daemon.Load(stderr, ServiceName)
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
+// Validate checks the settings; the flags were checked as they were read.
+func (c Config) Validate() error {
+	if err := c.Settings.Validate(); err != nil {
+		return err
 	}
-	lifetime, err := pki.RequestedLifetime(nil)
-	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
-	}
+	return c.LifetimeSettings.Validate()
+}
 
-	lock, err := Lock(o.RootDir)
+// Command is unitlet-config's main.
+func Command() daemon.Command[Config] {
+	return daemon.Command[Config]{
+		Service:  ServiceName,
+		About:    "unitlet-config owns the node's configuration and serves it to the other unitlet services.",
+		Flags:    func(fs *pflag.FlagSet, c *Config) { bindFlags(fs, &c.Options) },
+		Complete: func(c *Config, fs *pflag.FlagSet, fromEnv func(string) bool) error { return c.complete(fs, fromEnv) },
+		Run:      Run,
+	}
+}
+
+// Run runs unitlet-config until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	lock, err := Lock(cfg.RootDir)
 	if err != nil {
-		return fail(daemon.ExitFailure, err)
+		return err
 	}
 	defer lock.Close()
-	store, err := checkpoint.Open(filepath.Join(o.RootDir, "checkpoints"))
+	store, err := checkpoint.Open(filepath.Join(cfg.RootDir, "checkpoints"))
 	if err != nil {
-		return fail(daemon.ExitFailure, err)
+		return err
 	}
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
-	svc, err := NewService(o, store, d.Registry(), log)
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
+	svc, err := NewService(&cfg.Options, store, d.Registry(), log)
 	if err != nil {
-		return fail(daemon.ExitBadConfig, err)
+		return daemon.ConfigError(err)
 	}
 	bootstrap := NewBootstrapper(svc.Current, d.Registry(), log)
-	bootstrap.lifetime = lifetime
+	bootstrap.lifetime = cfg.CertificateLifetime
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
 	d.Go("file watch", svc.WatchFiles)
-	if o.BootstrapKubeconfig != "" {
+	if cfg.BootstrapKubeconfig != "" {
 		// TLS bootstrap runs beside the bus: the other services read the configuration and
 		// wait for the kubeconfig themselves, and READY=1 does not wait for it.
 		d.Go("tls bootstrap", bootstrap.Run)
 	}
-
-	if err := d.Run(ctx); err != nil {
-		log.Error("unitlet-config failed", "err", err)
-		return daemon.ExitCode(err)
-	}
-	return daemon.ExitOK
+	return d.Run(ctx)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -38,19 +37,24 @@ import (
 // ServiceName is unitlet-podsync's name on the bus.
 const ServiceName = "podsync"
 
-// Main runs unitlet-podsync and returns its exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return daemon.Main(ctx, ServiceName, "unitlet-podsync runs the node's pods on the CRI runtime. It reads the node's\nconfiguration from unitlet-config over the bus; process settings come from UNITLET_*\nvariables (see the README).", args, stdout, stderr, run)
+// Config is unitlet-podsync's configuration: the process settings, from UNITLET_*
+// variables. The node's configuration comes from unitlet-config over the bus.
+type Config struct{ daemon.Settings }
+
+// Command is unitlet-podsync's main.
+func Command() daemon.Command[Config] {
+	return daemon.Command[Config]{Service: ServiceName, About: "unitlet-podsync runs the node's pods on the CRI runtime. It reads the node's\nconfiguration from unitlet-config over the bus.", Run: Run}
 }
 
-func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
-	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
+// Run runs unitlet-podsync until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	nc, err := nodeconfig.Get(ctx, cfg.SocketDir)
 	if err != nil {
 		return err
 	}
-	kc := cfg.KubeletConfiguration
-	nodeName := cfg.Node.GetName()
-	rootDir := cfg.Paths.GetRootDir()
+	kc := nc.KubeletConfiguration
+	nodeName := nc.Node.GetName()
+	rootDir := nc.Paths.GetRootDir()
 	clk := clock.RealClock{}
 
 	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
@@ -63,15 +67,16 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("read the machine's resources: %w", err)
 	}
-	localNode, err := nodeinfo.Node(kc, cfg.Identity(), machine)
+	localNode, err := nodeinfo.Node(kc, nc.Identity(), machine)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
 
-	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
 		return err
 	}
-	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-podsync", kc)
+	kube.FollowRotatedCertificates()
+	client, _, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-podsync", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone, static pods only", "reason", err)
 		client = nil
@@ -79,7 +84,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		return daemon.ConfigError(err)
 	}
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	reg := d.Registry()
 
 	var wanted []string
@@ -96,14 +101,14 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
 	defer probes.Stop()
 
-	volumesConn, err := bus.Dial(settings.SocketDir, "volumes")
+	volumesConn, err := bus.Dial(cfg.SocketDir, "volumes")
 	if err != nil {
 		return err
 	}
 	defer volumesConn.Close()
-	volumes := &busVolumes{socket: daemon.SocketPath(settings.SocketDir, "volumes"), client: volumesv1.NewVolumesServiceClient(volumesConn)}
+	volumes := &busVolumes{socket: bus.SocketPath(cfg.SocketDir, "volumes"), client: volumesv1.NewVolumesServiceClient(volumesConn)}
 
-	hostIPs := cfg.Node.GetIps()
+	hostIPs := nc.Node.GetIps()
 	events := newRecorder(client, nodeName, log)
 	var workers *podworker.Manager
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), func(uids []types.UID) { workers.Trigger(uids...) })
@@ -132,7 +137,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		StateDir:    filepath.Join(rootDir, "podsync"),
 	})
 	svc.Attach(workers, relister)
-	svc.evictionSocket = daemon.SocketPath(settings.SocketDir, "eviction")
+	svc.evictionSocket = bus.SocketPath(cfg.SocketDir, "eviction")
 	svc.events = events
 
 	health := &runtimeHealth{rt: rt, relister: relister}

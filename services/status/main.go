@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -35,24 +34,30 @@ import (
 // ServiceName is unitlet-status's name on the bus.
 const ServiceName = "status"
 
-// Main runs unitlet-status and returns its exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return daemon.Main(ctx, ServiceName, "unitlet-status registers the node, reports its status, lease and pod statuses to the\nAPI server and serves the node API (:10250). It reads the node's configuration from\nunitlet-config over the bus; process settings come from UNITLET_* variables (see the README).", args, stdout, stderr, run)
+// Config is unitlet-status's configuration: the process settings, from UNITLET_*
+// variables. The node's configuration comes from unitlet-config over the bus.
+type Config struct{ daemon.Settings }
+
+// Command is unitlet-status's main.
+func Command() daemon.Command[Config] {
+	return daemon.Command[Config]{Service: ServiceName, About: "unitlet-status registers the node, reports its status, lease and pod statuses to the\nAPI server and serves the node API (:10250). It reads the node's configuration from\nunitlet-config over the bus.", Run: Run}
 }
 
-func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
-	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
+// Run runs unitlet-status until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	nc, err := nodeconfig.Get(ctx, cfg.SocketDir)
 	if err != nil {
 		return err
 	}
-	kc := cfg.KubeletConfiguration
-	nodeName := cfg.Node.GetName()
+	kc := nc.KubeletConfiguration
+	nodeName := nc.Node.GetName()
 	clk := clock.RealClock{}
 
-	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
 		return err
 	}
-	client, restConfig, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-status", kc)
+	kube.FollowRotatedCertificates()
+	client, restConfig, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-status", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone: no API writes; the node API serves /healthz and /pods", "reason", err)
 		client = nil
@@ -64,21 +69,21 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
 	defer rt.Close()
-	machine, err := nodeinfo.ReadMachine(cfg.Paths.GetRootDir())
+	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
 	if err != nil {
 		return fmt.Errorf("read the machine's resources: %w", err)
 	}
-	if _, err := nodeinfo.Node(kc, cfg.Identity(), machine); err != nil {
+	if _, err := nodeinfo.Node(kc, nc.Identity(), machine); err != nil {
 		return daemon.ConfigError(err)
 	}
-	podsyncConn, err := bus.Dial(settings.SocketDir, "podsync")
+	podsyncConn, err := bus.Dial(cfg.SocketDir, "podsync")
 	if err != nil {
 		return err
 	}
 	defer podsyncConn.Close()
 	podsync := podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)}
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	reg := d.Registry()
 	server := &Server{nodeName: nodeName}
 
@@ -88,10 +93,10 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 			Client:     client,
 			RESTConfig: restConfig,
 			NodeName:   nodeName,
-			Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, cfg.Identity(), machine) },
+			Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, nc.Identity(), machine) },
 			Config:     kc,
 			Runtime:    podsync,
-			Services:   checkServices(settings.SocketDir),
+			Services:   checkServices(cfg.SocketDir),
 			Images:     imageLister{rt: rt},
 			Recorder:   events,
 			Clock:      clk,
@@ -123,19 +128,19 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		Address:            net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
 		CertFile:           kc.TLSCertFile,
 		KeyFile:            kc.TLSPrivateKeyFile,
-		CertDir:            cfg.Paths.GetCertDir(),
+		CertDir:            nc.Paths.GetCertDir(),
 		ServerTLSBootstrap: kc.ServerTLSBootstrap,
-		Hostname:           cfg.Node.GetHostname(),
-		IPs:                cfg.Node.GetIps(),
+		Hostname:           nc.Node.GetHostname(),
+		IPs:                nc.Node.GetIps(),
 		Authentication:     kc.Authentication,
 		Authorization:      kc.Authorization,
 		Client:             client,
 		NodeName:           nodeName,
 		Pods:               podsync,
 		Logs:               podlogs.New(podsync, rt),
-		Stats:              stats.New(stats.Options{Runtime: rt, NodeName: nodeName, RootDir: cfg.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: clk}),
+		Stats:              stats.New(stats.Options{Runtime: rt, NodeName: nodeName, RootDir: nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: clk}),
 		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Configz:            func() ([]byte, error) { return configz(cfg.Raw), nil },
+		Configz:            func() ([]byte, error) { return configz(nc.Raw), nil },
 		Healthz:            func(context.Context) error { return nil },
 		Log:                log.With("component", "node-api"),
 	})

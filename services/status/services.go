@@ -13,7 +13,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 // optionalServices are unitlet services a node may run besides config, podsync and status:
@@ -27,7 +26,7 @@ func checkServices(socketDir string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		var down []string
 		for _, svc := range append([]string{"config"}, optionalServices...) {
-			path := daemon.SocketPath(socketDir, svc)
+			path := bus.SocketPath(socketDir, svc)
 			if svc != "config" {
 				if _, err := os.Stat(path); err != nil {
 					continue

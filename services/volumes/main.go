@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -29,33 +28,39 @@ const ServiceName = "volumes"
 // measureEvery is how often volume usage is measured.
 const measureEvery = 30 * time.Second
 
-// Main runs unitlet-volumes and returns its exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return daemon.Main(ctx, ServiceName, "unitlet-volumes prepares pods' volumes for unitlet-podsync and keeps their files\ncurrent. It reads the node's configuration from unitlet-config over the bus; process\nsettings come from UNITLET_* variables (see the README).", args, stdout, stderr, run)
+// Config is unitlet-volumes's configuration: the process settings, from UNITLET_*
+// variables. The node's configuration comes from unitlet-config over the bus.
+type Config struct{ daemon.Settings }
+
+// Command is unitlet-volumes's main.
+func Command() daemon.Command[Config] {
+	return daemon.Command[Config]{Service: ServiceName, About: "unitlet-volumes prepares pods' volumes for unitlet-podsync and keeps their files\ncurrent. It reads the node's configuration from unitlet-config over the bus.", Run: Run}
 }
 
-func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error {
-	cfg, err := nodeconfig.Get(ctx, settings.SocketDir)
+// Run runs unitlet-volumes until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	nc, err := nodeconfig.Get(ctx, cfg.SocketDir)
 	if err != nil {
 		return err
 	}
-	kc := cfg.KubeletConfiguration
+	kc := nc.KubeletConfiguration
 	clk := clock.RealClock{}
-	if err := kube.WaitForKubeconfig(ctx, cfg.Paths, log); err != nil {
+	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
 		return err
 	}
-	client, _, err := kube.Client(cfg.Paths.GetKubeconfig(), "unitlet-volumes", kc)
+	kube.FollowRotatedCertificates()
+	client, _, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-volumes", kc)
 	if errors.Is(err, kube.ErrStandalone) {
 		log.Info("running standalone: configMap, secret and token volumes cannot be served", "reason", err)
 		client = nil
 	} else if err != nil {
 		return daemon.ConfigError(err)
 	}
-	machine, err := nodeinfo.ReadMachine(cfg.Paths.GetRootDir())
+	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
 	if err != nil {
 		return fmt.Errorf("read the machine's resources: %w", err)
 	}
-	node, err := nodeinfo.Node(kc, cfg.Identity(), machine)
+	node, err := nodeinfo.Node(kc, nc.Identity(), machine)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
@@ -64,7 +69,7 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
 	defer rt.Close()
-	podsyncConn, err := bus.Dial(settings.SocketDir, "podsync")
+	podsyncConn, err := bus.Dial(cfg.SocketDir, "podsync")
 	if err != nil {
 		return err
 	}
@@ -75,13 +80,13 @@ func run(ctx context.Context, settings daemon.Settings, log *slog.Logger) error 
 		tokens = token.NewManager(client, clk, token.WithLogger(log.With("component", "tokens")))
 	}
 	payloads := &apiPayloads{client: client, tokens: tokens, allocatable: node.Status.Allocatable}
-	m := NewManager(filepath.Join(cfg.Paths.GetRootDir(), "pods"), payloads, clk, log.With("component", "volumes"))
+	m := NewManager(filepath.Join(nc.Paths.GetRootDir(), "pods"), payloads, clk, log.With("component", "volumes"))
 	m.memory = node.Status.Allocatable.Memory()
 	if tokens != nil {
 		m.released = tokens.Forget
 	}
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: settings, Logger: log})
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	volumesv1.RegisterVolumesServiceServer(d.Server(), NewServer(m, newMetrics(d.Registry(), m)))
 	for _, method := range []string{"PrepareVolumes", "ReleaseVolumes"} {
 		d.Authorizer().Allow("/"+volumesv1.VolumesService_ServiceDesc.ServiceName+"/"+method, peercred.Root())

@@ -7,12 +7,12 @@ package bus
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/peercred"
 )
 
@@ -25,7 +25,12 @@ const DefaultTimeout = 10 * time.Second
 // Dial returns a connection to service's socket in socketDir. It does not connect until the
 // first call; calls wait for the service to be ready until their deadline.
 func Dial(socketDir, service string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return DialPath(daemon.SocketPath(socketDir, service), opts...)
+	return DialPath(SocketPath(socketDir, service), opts...)
+}
+
+// SocketPath is where the bus socket of service lives in socketDir: <service>.sock.
+func SocketPath(socketDir, service string) string {
+	return filepath.Join(socketDir, service+".sock")
 }
 
 // DialPath is Dial for a socket path.

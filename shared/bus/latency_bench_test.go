@@ -14,6 +14,7 @@ import (
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/envconfig"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -35,7 +36,7 @@ func startDaemon(b *testing.B, hub *watch.Hub[*configv1.NodeConfig]) string {
 	b.Helper()
 	dir := b.TempDir()
 	var s daemon.Settings
-	if err := daemon.ParseEnv(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
+	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
 		b.Fatal(err)
 	}
 	d := daemon.New(daemon.Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

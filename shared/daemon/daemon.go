@@ -26,7 +26,7 @@ import (
 
 // Options configure a Daemon.
 type Options struct {
-	// Service is the short name: "config", "certs", "podsync", "volumes", "eviction", "status".
+	// Service is the short name: "config", "certs", "podsync", "volumes" or "status".
 	Service  string
 	Settings Settings
 	Logger   *slog.Logger
@@ -87,8 +87,8 @@ func New(o Options) *Daemon {
 		authz:        peercred.NewAuthorizer(o.DefaultRule),
 		mux:          http.NewServeMux(),
 		healthPeriod: 10 * time.Second,
-		notify:       sdNotify,
 	}
+	d.notify = d.sdNotify
 	d.stopping, d.stopStreams = context.WithCancel(context.Background())
 	d.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .05, .1, .5, 1, 5}),
@@ -248,7 +248,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	d.log.Info("stopped", "err", err)
+	if err == nil {
+		// A failure is logged once, by Main, with the error.
+		d.log.Info("stopped")
+	}
 	return err
 }
 

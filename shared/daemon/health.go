@@ -3,15 +3,21 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// sdNotify sends state to systemd when NOTIFY_SOCKET is set. Failing to notify is logged by
-// nobody and never fatal: without systemd there is nobody to tell.
-func sdNotify(state string) { _, _ = sddaemon.SdNotify(false, state) }
+// sdNotify sends state to systemd when NOTIFY_SOCKET is set; without it there is nobody to
+// tell. A failure to notify is logged and never fatal.
+func (d *Daemon) sdNotify(state string) {
+	if _, err := sddaemon.SdNotify(false, state); err != nil {
+		what, _, _ := strings.Cut(state, "\n")
+		d.log.Warn("tell systemd", "state", what, "err", err)
+	}
+}
 
 // watchHealth runs the health check periodically: it sets the gRPC health status and, when
 // systemd asks for a watchdog (WATCHDOG_USEC), sends WATCHDOG=1 every half interval, but only

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
+
+	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 // Names of the sockets a systemd socket unit passes in (FileDescriptorName=).
@@ -60,7 +63,7 @@ func listen(service string, s Settings) (*listeners, error) {
 		}
 	} else {
 		var err error
-		if l.grpc, err = listenUnix(SocketPath(s.SocketDir, service)); err != nil {
+		if l.grpc, err = listenUnix(bus.SocketPath(s.SocketDir, service)); err != nil {
 			return nil, err
 		}
 	}
@@ -130,7 +133,7 @@ func removeStaleSocket(path string) error {
 		return fmt.Errorf("bus socket %s: %w", path, err)
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("bus socket %s: the path exists and is not a socket; remove it or set %sSOCKET_DIR", path, EnvPrefix)
+		return fmt.Errorf("bus socket %s: the path exists and is not a socket; remove it or set %sSOCKET_DIR", path, envconfig.Prefix)
 	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 // NewLogger returns the process's logger: text or JSON to w at the configured level, every
@@ -12,7 +14,7 @@ import (
 func NewLogger(w io.Writer, s Settings, service string) (*slog.Logger, error) {
 	level, err := parseLevel(s.LogLevel)
 	if err != nil {
-		return nil, ConfigError(fmt.Errorf("environment: %sLOG_LEVEL=%q: %w", EnvPrefix, s.LogLevel, err))
+		return nil, ConfigError(fmt.Errorf("environment: %sLOG_LEVEL=%q: %w", envconfig.Prefix, s.LogLevel, err))
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler
@@ -22,7 +24,7 @@ func NewLogger(w io.Writer, s Settings, service string) (*slog.Logger, error) {
 	case "text", "":
 		h = slog.NewTextHandler(w, opts)
 	default:
-		return nil, ConfigError(fmt.Errorf("environment: %sLOG_FORMAT=%q: must be text or json", EnvPrefix, s.LogFormat))
+		return nil, ConfigError(fmt.Errorf("environment: %sLOG_FORMAT=%q: must be text or json", envconfig.Prefix, s.LogFormat))
 	}
 	return slog.New(h).With("service", service), nil
 }

@@ -13,16 +13,18 @@ import (
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
-func init() {
-	// client-go reloads a client certificate given as files (the kubeconfig written by TLS
-	// bootstrap points at kubelet-client-current.pem) and closes every connection made with
-	// the old one; by default it looks every five minutes. unitlet-certs swings the link at
-	// 70 to 90% of a lifetime that may be as short as ten minutes, so look far more often.
-	transport.CertCallbackRefreshDuration = certReloadEvery
-}
-
 // certReloadEvery is how often clients look for a rotated client certificate.
 const certReloadEvery = 5 * time.Second
+
+// FollowRotatedCertificates makes client-go look for a rotated client certificate every
+// certReloadEvery instead of every five minutes. client-go reloads a client certificate
+// given as files (the kubeconfig TLS bootstrap writes points at kubelet-client-current.pem)
+// and closes every connection made with the old one; unitlet-certs swings the link at 70 to
+// 90% of a lifetime that may be as short as ten minutes. The period is client-go's global:
+// each service calls this once at start, before it builds its clients.
+func FollowRotatedCertificates() {
+	transport.CertCallbackRefreshDuration = certReloadEvery
+}
 
 // WaitForKubeconfig returns once the node's kubeconfig is usable, or at once when there is
 // nothing to wait for: no bootstrap kubeconfig is configured (a missing kubeconfig then

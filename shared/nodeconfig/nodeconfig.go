@@ -13,7 +13,6 @@ import (
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
@@ -42,7 +41,7 @@ func Get(ctx context.Context, socketDir string) (*Config, error) {
 	defer cancel()
 	resp, err := configv1.NewConfigServiceClient(conn).GetConfig(cctx, &configv1.GetConfigRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("get the node configuration from unitlet-config (%s): %w", daemon.SocketPath(socketDir, "config"), err)
+		return nil, fmt.Errorf("get the node configuration from unitlet-config (%s): %w", bus.SocketPath(socketDir, "config"), err)
 	}
 	return Decode(resp.GetConfig())
 }

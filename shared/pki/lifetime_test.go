@@ -4,9 +4,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
-func TestRequestedLifetime(t *testing.T) {
+func TestLifetimeSettings(t *testing.T) {
 	for _, tc := range []struct {
 		value   string
 		want    time.Duration
@@ -22,7 +24,12 @@ func TestRequestedLifetime(t *testing.T) {
 		if tc.value != "" {
 			environ["UNITLET_CERTIFICATE_LIFETIME"] = tc.value
 		}
-		got, err := RequestedLifetime(environ)
+		var s LifetimeSettings
+		err := envconfig.Parse(&s, environ)
+		if err == nil {
+			err = s.Validate()
+		}
+		got := s.CertificateLifetime
 		switch {
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%q: error %v, want one containing %q", tc.value, err, tc.wantErr)
