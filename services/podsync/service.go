@@ -56,30 +56,51 @@ type Service struct {
 	rejected map[types.UID]admission.Result
 	observed map[types.UID]*podsyncv1.Pod
 	// encoded is the pod object whose metadata and spec observed[uid].Pod holds.
-	encoded  map[types.UID]*corev1.Pod
-	mirrors  map[string]*corev1.Pod // mirror pods by namespace/name
-	hub      *watch.Hub[[]*podsyncv1.Pod]
-	onStatic func() // told when static or mirror pods change
+	encoded map[types.UID]*corev1.Pod
+	mirrors map[string]*corev1.Pod // mirror pods by namespace/name
+	hub     *watch.Hub[[]*podsyncv1.Pod]
+	// staticChanged has a value when static or mirror pods changed since it was last read.
+	staticChanged chan struct{}
 	// evictionSocket is unitlet-eviction's bus socket; events records, per pod, that it
 	// was admitted without eviction's verdict while that service does not run.
 	evictionSocket string
 	events         podworker.Recorder
 }
 
-// NewService returns the service. node gives the node as admission sees it.
-func NewService(log *slog.Logger, clk clock.WithTicker, reg prometheus.Registerer, node func() *corev1.Node, maxPods int, sourcesWanted []string) *Service {
+// ServiceOptions are what a Service is built from.
+type ServiceOptions struct {
+	Log      *slog.Logger
+	Clock    clock.WithTicker
+	Registry prometheus.Registerer
+	// Node gives the node as admission sees it.
+	Node    func() *corev1.Node
+	MaxPods int
+	// SourcesWanted are the pod sources that must report once before pods the runtime has
+	// and nobody wants are removed.
+	SourcesWanted []string
+	// EvictionSocket is unitlet-eviction's bus socket; Events records pod events. Either
+	// empty: no AdmittedWithoutEvictionCheck events.
+	EvictionSocket string
+	Events         podworker.Recorder
+}
+
+// NewService returns the service. Its workers and relister come with Attach, as they need
+// the service's own callbacks (Report and RuntimeChanged).
+func NewService(o ServiceOptions) *Service {
 	s := &Service{
-		log: log, clk: clk, node: node, maxPods: maxPods, sourcesWanted: sourcesWanted,
-		metrics:  newMetrics(reg),
-		sources:  map[string][]*corev1.Pod{},
-		seen:     map[string]bool{},
-		desired:  map[types.UID]*corev1.Pod{},
-		sourceOf: map[types.UID]string{},
-		admitted: map[types.UID]bool{},
-		rejected: map[types.UID]admission.Result{},
-		observed: map[types.UID]*podsyncv1.Pod{},
-		encoded:  map[types.UID]*corev1.Pod{},
-		mirrors:  map[string]*corev1.Pod{},
+		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sourcesWanted: o.SourcesWanted,
+		evictionSocket: o.EvictionSocket, events: o.Events,
+		staticChanged: make(chan struct{}, 1),
+		metrics:       newMetrics(o.Registry),
+		sources:       map[string][]*corev1.Pod{},
+		seen:          map[string]bool{},
+		desired:       map[types.UID]*corev1.Pod{},
+		sourceOf:      map[types.UID]string{},
+		admitted:      map[types.UID]bool{},
+		rejected:      map[types.UID]admission.Result{},
+		observed:      map[types.UID]*podsyncv1.Pod{},
+		encoded:       map[types.UID]*corev1.Pod{},
+		mirrors:       map[string]*corev1.Pod{},
 	}
 	s.hub = watch.NewHub(0, watchHistory, s.snapshotLocked)
 	return s
@@ -97,8 +118,8 @@ func (s *Service) SetPods(source string, pods []*corev1.Pod) {
 	s.seen[source] = true
 	s.recomputeLocked()
 	s.mu.Unlock()
-	if source != podsource.SourceAPI && s.onStatic != nil {
-		s.onStatic()
+	if source != podsource.SourceAPI {
+		s.noteStaticChanged()
 	}
 }
 
@@ -118,8 +139,14 @@ func (s *Service) SetMirrorPods(pods []*corev1.Pod) {
 		}
 	}
 	s.mu.Unlock()
-	if s.onStatic != nil {
-		s.onStatic()
+	s.noteStaticChanged()
+}
+
+// noteStaticChanged marks static or mirror pods as changed, without waiting for a reader.
+func (s *Service) noteStaticChanged() {
+	select {
+	case s.staticChanged <- struct{}{}:
+	default:
 	}
 }
 

@@ -206,7 +206,7 @@ func newServiceFixture(t *testing.T, maxPods int) *serviceFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	s := NewService(log, clk, nil, testNode, maxPods, []string{"api", "file"})
+	s := NewService(ServiceOptions{Log: log, Clock: clk, Node: testNode, MaxPods: maxPods, SourcesWanted: []string{"api", "file"}})
 	cri := newFakeCRI()
 	m := podworker.NewManager(podworker.Options{
 		Runtime: cri, View: cri,

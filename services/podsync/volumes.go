@@ -7,12 +7,14 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/shared/bus"
 )
 
 // prepareTimeout bounds one PrepareVolumes call: it blocks until the volumes are ready.
@@ -21,8 +23,21 @@ const prepareTimeout = 2 * time.Minute
 // busVolumes is unitlet-volumes over the bus, for the pod workers.
 type busVolumes struct {
 	socket string
+	conn   *grpc.ClientConn
 	client volumesv1.VolumesServiceClient
 }
+
+// dialVolumes returns unitlet-volumes on the bus in socketDir; it connects on first use.
+func dialVolumes(socketDir string) (*busVolumes, error) {
+	conn, err := bus.Dial(socketDir, "volumes")
+	if err != nil {
+		return nil, err
+	}
+	return &busVolumes{socket: bus.SocketPath(socketDir, "volumes"), conn: conn, client: volumesv1.NewVolumesServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (v *busVolumes) Close() error { return v.conn.Close() }
 
 // Prepare asks unitlet-volumes to make the pod's volumes ready.
 func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {

@@ -1,0 +1,49 @@
+package podsync
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/services/podsync/imagegc"
+	"github.com/unitlet/unitlet/shared/cri"
+)
+
+// newImageGC returns image garbage collection by the configuration's disk thresholds; it
+// keeps the runtime's sandbox image.
+func newImageGC(ctx context.Context, kc *kubeletv1beta1.KubeletConfiguration, rt *cri.Client, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) *imagegc.Manager {
+	return imagegc.New(rt, imagegc.Policy{
+		HighThresholdPercent: int(ptr.Deref(kc.ImageGCHighThresholdPercent, 85)),
+		LowThresholdPercent:  int(ptr.Deref(kc.ImageGCLowThresholdPercent, 80)),
+		MinAge:               kc.ImageMinimumGCAge.Duration,
+		Keep:                 sandboxImage(ctx, rt, log),
+	}, clk, reg, log.With("component", "imagegc"))
+}
+
+// sandboxImage is the runtime's sandbox (pause) image, which image GC must keep: containerd
+// 1.6 does not mark it pinned, and without it no sandbox starts. It is read from the CRI
+// verbose status (containerd's "config" info).
+func sandboxImage(ctx context.Context, rt *cri.Client, log *slog.Logger) []string {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := rt.Status(cctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		log.Warn("read the runtime's sandbox image; image GC cannot protect it", "err", err)
+		return nil
+	}
+	var cfg struct {
+		SandboxImage string `json:"sandboxImage"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.SandboxImage == "" {
+		log.Warn("the runtime's status names no sandbox image; image GC cannot protect it", "err", err)
+		return nil
+	}
+	return []string{cfg.SandboxImage}
+}

@@ -1,0 +1,54 @@
+package podsync
+
+import (
+	"context"
+	"log/slog"
+
+	"k8s.io/client-go/kubernetes"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/services/podsync/podsource"
+)
+
+// wantedSources are the pod sources the configuration turns on: the static pod directory,
+// the static pod URL, and the API server unless the node is standalone (client nil).
+func wantedSources(kc *kubeletv1beta1.KubeletConfiguration, client kubernetes.Interface) []string {
+	var wanted []string
+	if kc.StaticPodPath != "" {
+		wanted = append(wanted, podsource.SourceFile)
+	}
+	if kc.StaticPodURL != "" {
+		wanted = append(wanted, podsource.SourceHTTP)
+	}
+	if client != nil {
+		wanted = append(wanted, podsource.SourceAPI)
+	}
+	return wanted
+}
+
+// source is one pod source's loop, by name.
+type source struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// podSources are the loops of the sources wantedSources names, each giving svc its pods.
+func podSources(kc *kubeletv1beta1.KubeletConfiguration, nodeName string, client kubernetes.Interface, svc *Service, log *slog.Logger) []source {
+	var out []source
+	if kc.StaticPodPath != "" {
+		out = append(out, source{"static pods", func(ctx context.Context) error {
+			return podsource.WatchDir(ctx, kc.StaticPodPath, nodeName, kc.FileCheckFrequency.Duration, svc, svc, log.With("component", "source-file"))
+		}})
+	}
+	if kc.StaticPodURL != "" {
+		out = append(out, source{"static pod URL", func(ctx context.Context) error {
+			return podsource.PollURL(ctx, kc.StaticPodURL, httpHeader(kc.StaticPodURLHeader), nodeName, kc.HTTPCheckFrequency.Duration, svc, svc, log.With("component", "source-http"))
+		}})
+	}
+	if client != nil {
+		out = append(out, source{"API pods", func(ctx context.Context) error {
+			return podsource.WatchAPI(ctx, client, nodeName, svc, svc, log.With("component", "source-api"))
+		}})
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package podsync
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/lifecycle"
+	"github.com/unitlet/unitlet/services/podsync/podworker"
+	"github.com/unitlet/unitlet/services/podsync/prober"
+	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/cri"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+)
+
+// workerOptions are the pod workers' parts: the runtime and the relister's view of it, the
+// CRI settings from the configuration, the API's objects, probes, hooks, events, volumes,
+// and svc, which receives what they observe.
+func workerOptions(nc *nodeconfig.Config, node *corev1.Node, rt *cri.Client, relister *relist.Relister, client kubernetes.Interface,
+	probes *prober.Manager, volumes *busVolumes, events podworker.Recorder, svc *Service, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) podworker.Options {
+	kc, rootDir, hostIPs := nc.KubeletConfiguration, nc.Paths.GetRootDir(), nc.Node.GetIps()
+	return podworker.Options{
+		Runtime: rt,
+		View:    relister,
+		CRI: criconfig.Options{
+			ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: ptr.Deref(kc.ResolverConfig, ""),
+			PodLogsDir: kc.PodLogsDir, PodsDir: filepath.Join(rootDir, "pods"), CgroupDriver: kc.CgroupDriver,
+			NodeName: nc.Node.GetName(), NodeIPs: hostIPs,
+		},
+		Objects: apiObjects{client},
+		Probes:  probes,
+		Hooks: func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, containerID, podIP string, h *corev1.LifecycleHandler) error {
+			return lifecycle.RunHook(ctx, rt, pod, c, containerID, podIP, h)
+		},
+		Events:      events,
+		Report:      svc.Report,
+		Allocatable: func() corev1.ResourceList { return node.Status.Allocatable },
+		HostIPs:     func() []string { return hostIPs },
+		Clock:       clk,
+		Log:         log.With("component", "podworker"),
+		Registry:    reg,
+		Resync:      kc.SyncFrequency.Duration,
+		Volumes:     volumes,
+		StateDir:    filepath.Join(rootDir, "podsync"),
+	}
+}
