@@ -24,6 +24,12 @@ type Server struct {
 	pods              PodWrites    // nil when standalone
 }
 
+// NewServer returns the bus API of the node nodeName, whose node API listens at nodeAPI.
+// node and pods are nil on a standalone node.
+func NewServer(nodeName, nodeAPI string, node NodeReporter, pods PodWrites) *Server {
+	return &Server{nodeName: nodeName, nodeAPI: nodeAPI, node: node, pods: pods}
+}
+
 // GetNodeStatus reports the registration, conditions, lease and pod status writes.
 func (s *Server) GetNodeStatus(context.Context, *statusv1.GetNodeStatusRequest) (*statusv1.GetNodeStatusResponse, error) {
 	out := &statusv1.NodeStatus{NodeName: s.nodeName, Standalone: s.node == nil, NodeApiAddress: s.nodeAPI}

@@ -2,31 +2,16 @@ package status
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
-	"github.com/unitlet/unitlet/services/status/nodeapi"
-	"github.com/unitlet/unitlet/services/status/nodestatus"
-	"github.com/unitlet/unitlet/services/status/podlogs"
-	"github.com/unitlet/unitlet/services/status/podstatus"
-	"github.com/unitlet/unitlet/services/status/stats"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
-	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -50,19 +35,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc := nc.KubeletConfiguration
-	nodeName := nc.Node.GetName()
-	clk := clock.RealClock{}
-
-	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
+	client, restConfig, err := apiClient(ctx, nc, log)
+	if err != nil {
 		return err
-	}
-	kube.FollowRotatedCertificates()
-	client, restConfig, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-status", kc)
-	if errors.Is(err, kube.ErrStandalone) {
-		log.Info("running standalone: no API writes; the node API serves /healthz and /pods", "reason", err)
-		client = nil
-	} else if err != nil {
-		return daemon.ConfigError(err)
 	}
 	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
 	if err != nil {
@@ -81,100 +56,37 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer podsyncConn.Close()
-	podsync := podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)}
 
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
-	reg := d.Registry()
-	server := &Server{nodeName: nodeName}
-
+	p := parts{
+		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
+		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
+		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
+	}
+	var node NodeReporter
+	var pods PodWrites
 	if client != nil {
-		events := eventRecorder(client, nodeName)
-		node, err := nodestatus.New(nodestatus.Options{
-			Client:     client,
-			RESTConfig: restConfig,
-			NodeName:   nodeName,
-			Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, nc.Identity(), machine) },
-			Config:     kc,
-			Runtime:    podsync,
-			Services:   checkServices(cfg.SocketDir),
-			Images:     imageLister{rt: rt},
-			Recorder:   events,
-			Clock:      clk,
-			Log:        log.With("component", "node"),
-			Registry:   reg,
-		})
+		nodeStatus, err := p.nodeStatus()
 		if err != nil {
 			return daemon.ConfigError(err)
 		}
-		pods := podstatus.New(podstatus.Options{
-			Client:   client,
-			NodeName: nodeName,
-			Pods:     podstatus.FromClient(podsync.c),
-			QPS:      float32(ptrOr(kc.KubeAPIQPS, 50)),
-			Clock:    clk,
-			Log:      log.With("component", "pods"),
-			Registry: reg,
-		})
-		server.node, server.pods = node, pods
+		podStatus := p.podStatus()
+		node, pods = nodeStatus, podStatus
 		// Node: registration, then the status loop.
-		d.Go("node status", node.Run)
+		d.Go("node status", nodeStatus.Run)
 		// Lease: the heartbeat, on its own client.
-		d.Go("node lease", node.RunLease)
+		d.Go("node lease", nodeStatus.RunLease)
 		// Pod statuses: podsync's watch to the API, and final deletions.
-		d.Go("pod statuses", pods.Run)
-	}
-
-	api, err := nodeapi.New(nodeapi.Options{
-		Address:            net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
-		CertFile:           kc.TLSCertFile,
-		KeyFile:            kc.TLSPrivateKeyFile,
-		CertDir:            nc.Paths.GetCertDir(),
-		ServerTLSBootstrap: kc.ServerTLSBootstrap,
-		Hostname:           nc.Node.GetHostname(),
-		IPs:                nc.Node.GetIps(),
-		Authentication:     kc.Authentication,
-		Authorization:      kc.Authorization,
-		Client:             client,
-		NodeName:           nodeName,
-		Pods:               podsync,
-		Logs:               podlogs.New(podsync, rt),
-		Stats:              stats.New(stats.Options{Runtime: rt, NodeName: nodeName, RootDir: nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: clk}),
-		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Configz:            func() ([]byte, error) { return configz(nc.Raw), nil },
-		Healthz:            func(context.Context) error { return nil },
-		Log:                log.With("component", "node-api"),
-	})
-	if err != nil {
-		return daemon.ConfigError(fmt.Errorf("node API: %w", err))
+		d.Go("pod statuses", podStatus.Run)
 	}
 	// Bound before READY=1: a port in use fails the start with the reason.
-	if err := api.Listen(); err != nil {
-		return fmt.Errorf("node API: %w", err)
+	api, err := p.nodeAPI()
+	if err != nil {
+		return err
 	}
-	server.nodeAPI = api.Address()
 	// Node API: :10250.
 	d.Go("node API", api.Run)
 
-	statusv1.RegisterStatusServiceServer(d.Server(), server)
+	statusv1.RegisterStatusServiceServer(d.Server(), NewServer(nc.Node.GetName(), api.Address(), node, pods))
 	return d.Run(ctx)
-}
-
-// configz is the body of /configz: the configuration in effect under "kubeletconfig", as the
-// kubelet serves it.
-func configz(raw []byte) []byte {
-	return append(append([]byte(`{"kubeletconfig":`), raw...), '}')
-}
-
-// eventRecorder records node events in the API as the kubelet does (component "kubelet").
-func eventRecorder(client kubernetes.Interface, nodeName string) record.EventRecorder {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName})
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }

@@ -126,15 +126,21 @@ type fixedWrites struct{}
 func (fixedWrites) Stats() (uint64, int) { return 7, 2 }
 
 func TestGetNodeStatus(t *testing.T) {
-	standalone := &Server{nodeName: "n", nodeAPI: "[::]:10250"}
+	standalone := NewServer("n", "[::]:10250", nil, nil)
 	resp, err := standalone.GetNodeStatus(context.Background(), nil)
 	if err != nil || !resp.Status.Standalone || resp.Status.NodeApiAddress != "[::]:10250" || resp.Status.NodeName != "n" {
 		t.Errorf("standalone: %v %v", resp, err)
 	}
-	s := &Server{nodeName: "n", nodeAPI: "[::]:10250", node: fixedNode{}, pods: fixedWrites{}}
+	s := NewServer("n", "[::]:10250", fixedNode{}, fixedWrites{})
 	resp, err = s.GetNodeStatus(context.Background(), nil)
 	st := resp.GetStatus()
 	if err != nil || st.Standalone || !st.Registered || st.PodStatusWrites != 7 || st.PodStatusPending != 2 || st.NodeName != "n" || len(st.Conditions) != 1 {
 		t.Errorf("registered: %v %v", st, err)
+	}
+}
+
+func TestConfigzWrapsTheConfigurationAsTheKubeletDoes(t *testing.T) {
+	if got := string(configz([]byte(`{"maxPods":10}`))); got != `{"kubeletconfig":{"maxPods":10}}` {
+		t.Errorf("configz = %s", got)
 	}
 }

@@ -1,0 +1,125 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/services/status/nodeapi"
+	"github.com/unitlet/unitlet/services/status/nodestatus"
+	"github.com/unitlet/unitlet/services/status/podlogs"
+	"github.com/unitlet/unitlet/services/status/podstatus"
+	"github.com/unitlet/unitlet/services/status/stats"
+	"github.com/unitlet/unitlet/shared/cri"
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
+)
+
+// apiClient waits for the node's kubeconfig while unitlet-config bootstraps and returns a
+// client for the API server, or nil on a standalone node (no kubeconfig): no API writes.
+func apiClient(ctx context.Context, nc *nodeconfig.Config, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
+	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
+		return nil, nil, err
+	}
+	kube.FollowRotatedCertificates()
+	client, restConfig, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-status", nc.KubeletConfiguration)
+	if errors.Is(err, kube.ErrStandalone) {
+		log.Info("running standalone: no API writes; the node API serves /healthz and /pods", "reason", err)
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, daemon.ConfigError(err)
+	}
+	return client, restConfig, nil
+}
+
+// parts are what unitlet-status's loops are built from.
+type parts struct {
+	nc         *nodeconfig.Config
+	machine    nodeinfo.Machine
+	client     kubernetes.Interface // nil when standalone
+	restConfig *rest.Config
+	rt         *cri.Client
+	podsync    podsyncClient
+	socketDir  string
+	clk        clock.WithTicker
+	reg        *prometheus.Registry
+	log        *slog.Logger
+}
+
+// nodeStatus is the node in the API: registration, status, conditions and the lease.
+func (p parts) nodeStatus() (*nodestatus.Controller, error) {
+	kc := p.nc.KubeletConfiguration
+	return nodestatus.New(nodestatus.Options{
+		Client:     p.client,
+		RESTConfig: p.restConfig,
+		NodeName:   p.nc.Node.GetName(),
+		Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, p.nc.Identity(), p.machine) },
+		Config:     kc,
+		Runtime:    p.podsync,
+		Services:   checkServices(p.socketDir),
+		Images:     imageLister{rt: p.rt},
+		Recorder:   eventRecorder(p.client, p.nc.Node.GetName()),
+		Clock:      p.clk,
+		Log:        p.log.With("component", "node"),
+		Registry:   p.reg,
+	})
+}
+
+// podStatus writes podsync's pod statuses to the API and deletes terminated pods.
+func (p parts) podStatus() *podstatus.Manager {
+	return podstatus.New(podstatus.Options{
+		Client:   p.client,
+		NodeName: p.nc.Node.GetName(),
+		Pods:     podstatus.FromClient(p.podsync.c),
+		QPS:      float32(ptr.Deref(p.nc.KubeletConfiguration.KubeAPIQPS, 50)),
+		Clock:    p.clk,
+		Log:      p.log.With("component", "pods"),
+		Registry: p.reg,
+	})
+}
+
+// nodeAPI is the node's HTTPS API (:10250), its listener already bound.
+func (p parts) nodeAPI() (*nodeapi.Server, error) {
+	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
+	api, err := nodeapi.New(nodeapi.Options{
+		Address:            net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
+		CertFile:           kc.TLSCertFile,
+		KeyFile:            kc.TLSPrivateKeyFile,
+		CertDir:            p.nc.Paths.GetCertDir(),
+		ServerTLSBootstrap: kc.ServerTLSBootstrap,
+		Hostname:           p.nc.Node.GetHostname(),
+		IPs:                p.nc.Node.GetIps(),
+		Authentication:     kc.Authentication,
+		Authorization:      kc.Authorization,
+		Client:             p.client,
+		NodeName:           nodeName,
+		Pods:               p.podsync,
+		Logs:               podlogs.New(p.podsync, p.rt),
+		Stats:              stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
+		Metrics:            promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
+		Configz:            func() ([]byte, error) { return configz(p.nc.Raw), nil },
+		Healthz:            func(context.Context) error { return nil },
+		Log:                p.log.With("component", "node-api"),
+	})
+	if err != nil {
+		return nil, daemon.ConfigError(fmt.Errorf("node API: %w", err))
+	}
+	if err := api.Listen(); err != nil {
+		return nil, fmt.Errorf("node API: %w", err)
+	}
+	return api, nil
+}
