@@ -2,7 +2,6 @@ package volumes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -12,11 +11,9 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
-	"github.com/unitlet/unitlet/services/volumes/token"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
-	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
@@ -43,18 +40,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	kc := nc.KubeletConfiguration
-	clk := clock.RealClock{}
-	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
+	kc, clk := nc.KubeletConfiguration, clock.RealClock{}
+	client, err := apiClient(ctx, nc, log)
+	if err != nil {
 		return err
-	}
-	kube.FollowRotatedCertificates()
-	client, _, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-volumes", kc)
-	if errors.Is(err, kube.ErrStandalone) {
-		log.Info("running standalone: configMap, secret and token volumes cannot be served", "reason", err)
-		client = nil
-	} else if err != nil {
-		return daemon.ConfigError(err)
 	}
 	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
 	if err != nil {
@@ -75,42 +64,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer podsyncConn.Close()
 
-	var tokens *token.Manager
-	if client != nil {
-		tokens = token.NewManager(client, clk, token.WithLogger(log.With("component", "tokens")))
-	}
-	payloads := &apiPayloads{client: client, tokens: tokens, allocatable: node.Status.Allocatable}
-	m := NewManager(filepath.Join(nc.Paths.GetRootDir(), "pods"), payloads, clk, log.With("component", "volumes"))
-	m.memory = node.Status.Allocatable.Memory()
-	if tokens != nil {
-		m.released = tokens.Forget
-	}
-
+	tokens, forgetTokens := newTokens(client, clk, log)
+	m := NewManager(ManagerOptions{
+		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),
+		Payloads: &apiPayloads{client: client, tokens: tokens, allocatable: node.Status.Allocatable},
+		Memory:   node.Status.Allocatable.Memory(),
+		Released: forgetTokens,
+		Clock:    clk,
+		Log:      log.With("component", "volumes"),
+	})
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	volumesv1.RegisterVolumesServiceServer(d.Server(), NewServer(m, newMetrics(d.Registry(), m)))
 	for _, method := range []string{"PrepareVolumes", "ReleaseVolumes"} {
 		d.Authorizer().Allow("/"+volumesv1.VolumesService_ServiceDesc.ServiceName+"/"+method, peercred.Root())
 	}
-
 	rec := &reconciler{m: m, pods: podsyncv1.NewPodSyncServiceClient(podsyncConn), sandboxes: rt, log: log.With("component", "reconcile")}
+
 	// Reconcile: volumes of podsync's pods kept current (configMaps, secrets, labels,
 	// tokens), rebuilt after a restart; volumes of pods podsync and the runtime no longer
 	// have released.
-	period := kc.SyncFrequency.Duration
-	if period <= 0 {
-		period = time.Minute
-	}
-	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, period) })
+	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, reconcilePeriod(kc)) })
 	// Usage: every volume's bytes and inodes.
-	d.Go("usage", func(ctx context.Context) error {
-		for {
-			m.Measure()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(measureEvery):
-			}
-		}
-	})
+	d.Go("usage", func(ctx context.Context) error { return m.MeasureEvery(ctx, measureEvery) })
 	return d.Run(ctx)
 }

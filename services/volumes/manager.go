@@ -94,8 +94,22 @@ type volume struct {
 }
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
-func NewManager(podsDir string, p Payloads, clk clock.Clock, log *slog.Logger) *Manager {
-	return &Manager{podsDir: podsDir, payloads: p, clk: clk, log: log, pods: map[types.UID]*podVolumes{}}
+func NewManager(o ManagerOptions) *Manager {
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}}
+}
+
+// ManagerOptions are what a Manager is built from.
+type ManagerOptions struct {
+	// PodsDir holds the pods' directories, <uid>/volumes/<plugin>/<name> each.
+	PodsDir  string
+	Payloads Payloads
+	// Memory is the node's allocatable memory: the size of a memory emptyDir that sets no
+	// smaller bound.
+	Memory *resource.Quantity
+	// Released, when set, is told of each pod whose volumes were released.
+	Released func(types.UID)
+	Clock    clock.Clock
+	Log      *slog.Logger
 }
 
 func escapePlugin(plugin string) string { return strings.ReplaceAll(plugin, "/", "~") }

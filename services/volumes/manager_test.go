@@ -37,7 +37,7 @@ func (f *fakePayloads) Payload(_ context.Context, _ *corev1.Pod, v *corev1.Volum
 func newTestManager(t *testing.T, p Payloads) (*Manager, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	return NewManager(filepath.Join(t.TempDir(), "pods"), p, clk, slog.New(slog.NewTextHandler(io.Discard, nil))), clk
+	return NewManager(ManagerOptions{PodsDir: filepath.Join(t.TempDir(), "pods"), Payloads: p, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}), clk
 }
 
 func testPod(uid string, vols []corev1.Volume, mounts []corev1.VolumeMount) *corev1.Pod {
@@ -178,7 +178,7 @@ func TestReleaseAndOrphans(t *testing.T) {
 		t.Errorf("release touched the hostPath: %v", err)
 	}
 	// A restart: a new manager sees the volumes on disk only.
-	m2 := NewManager(m.podsDir, m.payloads, clk, m.log)
+	m2 := NewManager(ManagerOptions{PodsDir: m.podsDir, Payloads: m.payloads, Clock: clk, Log: m.log})
 	on, _ := m2.OnDisk()
 	if len(on) != 2 {
 		t.Errorf("OnDisk = %v, want live and gone", on)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
 	"google.golang.org/grpc"
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,14 @@ type reconciler struct {
 	pods      PodLister
 	sandboxes SandboxLister
 	log       *slog.Logger
+}
+
+// reconcilePeriod is the configuration's syncFrequency, a minute when unset.
+func reconcilePeriod(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
+	if kc.SyncFrequency.Duration <= 0 {
+		return time.Minute
+	}
+	return kc.SyncFrequency.Duration
 }
 
 // Run reconciles at start and every period.
