@@ -9,12 +9,9 @@ package certs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
@@ -99,24 +96,4 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// retries failures with backoff for as long as it takes.
 	d.Go("rotate", m.Run)
 	return d.Run(ctx)
-}
-
-// otherCredentials says why the kubeconfig's credentials are not the client store's
-// certificate at link, or "" when they are.
-func otherCredentials(rc *rest.Config, link string) string {
-	tc := rc.TLSClientConfig
-	switch {
-	case len(tc.CertData) > 0:
-		return "the kubeconfig carries its client certificate inline"
-	case tc.CertFile == "":
-		return "the kubeconfig authenticates without a client certificate (a token or a plugin)"
-	case filepath.Clean(tc.CertFile) == filepath.Clean(link):
-		return ""
-	}
-	a, aerr := os.Lstat(tc.CertFile)
-	b, berr := os.Lstat(link)
-	if aerr == nil && berr == nil && os.SameFile(a, b) {
-		return ""
-	}
-	return fmt.Sprintf("the kubeconfig's client certificate is %s, not %s", tc.CertFile, link)
 }

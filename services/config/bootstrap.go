@@ -64,10 +64,12 @@ type Bootstrapper struct {
 }
 
 // NewBootstrapper bootstraps for the configuration config returns (its paths and node
-// name). Its Run does nothing useful without a bootstrap kubeconfig: leave it out then.
-func NewBootstrapper(config func() *configv1.NodeConfig, reg prometheus.Registerer, log *slog.Logger) *Bootstrapper {
+// name), asking the signer for lifetime (0: the signer decides). Its Run does nothing
+// useful without a bootstrap kubeconfig: leave it out then.
+func NewBootstrapper(config func() *configv1.NodeConfig, lifetime time.Duration, reg prometheus.Registerer, log *slog.Logger) *Bootstrapper {
 	b := &Bootstrapper{
 		config:    config,
+		lifetime:  lifetime,
 		log:       log.With("component", "tls-bootstrap"),
 		clock:     clock.RealClock{},
 		jitter:    rand.Float64,

@@ -94,7 +94,7 @@ func newBootstrapFixture(t *testing.T, newClient func(t *testing.T) kubernetes.I
 	}
 	f.writeBootstrap(t, testToken)
 	cfg := &configv1.NodeConfig{Node: &configv1.NodeIdentity{Name: testNode}, Paths: f.paths}
-	f.b = NewBootstrapper(func() *configv1.NodeConfig { return cfg }, f.reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.b = NewBootstrapper(func() *configv1.NodeConfig { return cfg }, 0, f.reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.b.clock = f.clock
 	f.b.jitter = func() float64 { return 0 }
 	f.b.newClient = func(rc *rest.Config) (kubernetes.Interface, error) {
@@ -385,7 +385,7 @@ func TestBootstrapRereadsTheBootstrapKubeconfig(t *testing.T) {
 
 func TestBootstrapNotConfigured(t *testing.T) {
 	cfg := &configv1.NodeConfig{Paths: &configv1.Paths{Kubeconfig: "/nonexistent"}}
-	b := NewBootstrapper(func() *configv1.NodeConfig { return cfg }, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b := NewBootstrapper(func() *configv1.NodeConfig { return cfg }, 0, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := NewServer(nil, b)
 	resp, err := srv.GetBootstrapStatus(context.Background(), &configv1.GetBootstrapStatusRequest{})
 	if err != nil || resp.GetStatus().GetState() != configv1.BootstrapState_BOOTSTRAP_STATE_NOT_CONFIGURED {

@@ -62,8 +62,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
-	bootstrap := NewBootstrapper(svc.Current, d.Registry(), log)
-	bootstrap.lifetime = cfg.CertificateLifetime
+	bootstrap := NewBootstrapper(svc.Current, cfg.CertificateLifetime, d.Registry(), log)
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
