@@ -64,24 +64,25 @@ test-vm: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=30m -v ./integration/vmtest/
 
 ## harness-binaries: etcd and the Kubernetes control plane, built from the pinned modules
-## in integration/tools into the cache (~/.cache/unitlet) unless already there
-harness-binaries:
-	$(GO) run ./cmd/unitlet-harness build
+## in integration/tools into the cache (~/.cache/unitlet) unless already there. The
+## harness is the one `make build` made: unitlet is compiled once, with one set of flags.
+harness-binaries: build
+	$(BIN)/unitlet-harness build
 
 ## cluster: the default stack (control plane + a unitlet node) up, and how to use it
-cluster: prereqs
-	$(GO) run ./cmd/unitlet-harness up
+cluster: prereqs build
+	UNITLET_BIN_DIR=$(BIN) $(BIN)/unitlet-harness up
 	@echo; echo "== unitletctl status on node-1"; \
-	$(GO) run ./cmd/unitlet-harness exec node-1 -- unitletctl status config || true
+	$(BIN)/unitlet-harness exec node-1 -- unitletctl status config || true
 	@echo; echo "Point kubectl at it:"; \
-	echo "  export KUBECONFIG=$$($(GO) run ./cmd/unitlet-harness kubeconfig)"; \
+	echo "  export KUBECONFIG=$$($(BIN)/unitlet-harness kubeconfig)"; \
 	echo "  $(CACHE)/kube-v1.36.3-r2/kubectl get namespaces"; \
-	echo "More: go run ./cmd/unitlet-harness status | logs [COMPONENT] | exec NODE -- CMD"; \
+	echo "More: bin/unitlet-harness status | logs [COMPONENT] | exec NODE -- CMD"; \
 	echo "Take it down with: make down"
 
 ## down: the default stack down; removes its processes and files
-down:
-	$(GO) run ./cmd/unitlet-harness down
+down: build
+	$(BIN)/unitlet-harness down
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
 ## then pod start on the harness (bench-podsync), then unitlet against the kubelet (bench-pods)

@@ -22,7 +22,8 @@ down() {
 trap down EXIT INT TERM
 
 echo "== bringing up the standalone node (containerd, images, unitlet-config, -podsync, -status, -volumes)"
-(cd "$repo" && "$harness" up -f "$stack")
+# The binaries make build made: the harness copies them instead of compiling again.
+(cd "$repo" && UNITLET_BIN_DIR="$bin" "$harness" up -f "$stack")
 manifests=${UNITLET_HARNESS_DIR:-/var/tmp/unitlet-harness}/standalone/nodes/$node/manifests
 cp "$here"/examples/*.yaml "$manifests/"
 echo "== static pods from deploy/examples/ copied into $manifests"
