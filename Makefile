@@ -47,7 +47,10 @@ build:
 test: prereqs proto-check lint test-unit test-integration test-vm
 	@echo "make test: all passed"
 
-## test-unit: the fast tests of every module, with the race detector
+## test-unit: the fast tests of every module, with the race detector. Some (tmpfs mounts,
+## file owners in services/volumes) need root and fail, saying so, when not run as root.
+## No unit test depends on the machine's speed: they wait for events, or poll with a
+## generous deadline; speed figures are benchmarks (make bench).
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 

@@ -94,6 +94,7 @@ func certsRotateCmd(ctx context.Context, g globals, args []string) error {
 		return explain("certs", path, err)
 	}
 	subscribed, watched := make(chan struct{}), make(chan struct{})
+	shown := make(chan string, 64) // the serial of each list's certificate, once printed
 	go func() {
 		defer close(watched)
 		last := ""
@@ -103,11 +104,18 @@ func certsRotateCmd(ctx context.Context, g globals, args []string) error {
 				return
 			}
 			for _, c := range resp.GetCertificates() {
-				if c.GetKind() == kind && c.GetState() != last {
+				if c.GetKind() != kind {
+					continue
+				}
+				if c.GetState() != last {
 					if i > 0 { // the first list is the state before the call
 						fmt.Fprintf(g.stdout, "%s  %s: %s\n", time.Now().Format(time.TimeOnly), kindName(kind), c.GetState())
 					}
 					last = c.GetState()
+				}
+				select {
+				case shown <- c.GetSerial():
+				default:
 				}
 			}
 			if i == 0 {
@@ -120,6 +128,10 @@ func certsRotateCmd(ctx context.Context, g globals, args []string) error {
 	case <-watched:
 	}
 	resp, err := client.Rotate(ctx, &certsv1.RotateRequest{Kind: kind})
+	if err == nil {
+		// The answer may overtake the watch: show the progress up to the new certificate.
+		waitShown(shown, watched, resp.GetCertificate().GetSerial(), progressCatchUp)
+	}
 	stopWatch()
 	<-watched
 	if err != nil {
@@ -128,6 +140,28 @@ func certsRotateCmd(ctx context.Context, g globals, args []string) error {
 	c := resp.GetCertificate()
 	fmt.Fprintf(g.stdout, "rotated the %s certificate: serial %s, not after %s\n", kindName(kind), c.GetSerial(), stamp(c.GetNotAfter().AsTime()))
 	return nil
+}
+
+// progressCatchUp bounds the wait for the watch to show the certificate Rotate returned.
+const progressCatchUp = 2 * time.Second
+
+// waitShown waits until the watch has shown the certificate with serial, the watch ended,
+// or limit passed.
+func waitShown(shown <-chan string, watched <-chan struct{}, serial string, limit time.Duration) {
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for {
+		select {
+		case s := <-shown:
+			if s == serial {
+				return
+			}
+		case <-watched:
+			return
+		case <-timeout.C:
+			return
+		}
+	}
 }
 
 func kindName(k certsv1.CertificateKind) string {

@@ -68,7 +68,6 @@ func (f fakeCerts) Rotate(_ context.Context, req *certsv1.RotateRequest) (*certs
 	}
 	f.states <- fakeList(fakeClientCert("rotating: submitted CSR csr-1 (signer kubernetes.io/kube-apiserver-client-kubelet), waiting for approval and issuance", "17"))
 	f.states <- fakeList(fakeClientCert("valid", "18"))
-	time.Sleep(50 * time.Millisecond) // the progress lines are printed before the answer
 	return &certsv1.RotateResponse{Certificate: fakeClientCert("valid", "18")}, nil
 }
 

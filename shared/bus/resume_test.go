@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/unitlet/unitlet/shared/bus"
 )
@@ -73,9 +75,10 @@ func TestResumeStopsOnHandlerErrorAndBacksOff(t *testing.T) {
 		t.Fatalf("want the handler's error, got %v", err)
 	}
 
-	// A server that never answers is retried with growing, bounded waits.
+	// A server that never answers is retried with growing, bounded waits: the waits Resume
+	// chooses are checked, not how long they took.
 	var waits []time.Duration
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = bus.Resume(ctx, func(context.Context, uint64) (bus.Stream[uint64], error) {
 		return nil, errors.New("down")
@@ -109,10 +112,10 @@ func TestDialWaitsAtMostTheDeadline(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	// Wait-for-ready keeps the call waiting for the socket; the deadline ends it.
 	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err == nil || time.Since(start) > 2*time.Second {
-		t.Fatalf("call to a missing socket: %v after %s", err, time.Since(start))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call to a missing socket: %v, want DeadlineExceeded", err)
 	}
 }
 

@@ -114,8 +114,10 @@ func TestWatchdogFollowsTheHealthCheck(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "100000")
 	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
 	var failing atomic.Bool
+	var failedChecks atomic.Int64
 	d, n, metrics, cancel, done := runDaemon(t, func(context.Context) error {
 		if failing.Load() {
+			failedChecks.Add(1)
 			return errors.New("broken on purpose")
 		}
 		return nil
@@ -146,8 +148,10 @@ func TestWatchdogFollowsTheHealthCheck(t *testing.T) {
 	eventually(t, 5*time.Second, "NOT_SERVING while failing", func() bool {
 		return healthStatus(t, conn) == healthpb.HealthCheckResponse_NOT_SERVING
 	})
-	before := n.count("WATCHDOG=1")
-	time.Sleep(400 * time.Millisecond) // 8 watchdog periods
+	before, checks := n.count("WATCHDOG=1"), failedChecks.Load()
+	// Eight more failing checks, one a watchdog period: the watchdog must not have been
+	// fed after any of them.
+	eventually(t, 10*time.Second, "eight more failing checks", func() bool { return failedChecks.Load() >= checks+8 })
 	if after := n.count("WATCHDOG=1"); after > before+1 {
 		t.Fatalf("the watchdog was fed %d times while the check failed", after-before)
 	}
@@ -183,7 +187,9 @@ func TestStopEndsStreamsAndBoundsTheDrain(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	// A drain bound far beyond the test's wait: only ending the stream at once lets the
+	// stop finish in time.
+	d.opts.Settings.ShutdownTimeout = time.Hour
 	cancel()
 	select {
 	case err := <-done:
@@ -192,9 +198,6 @@ func TestStopEndsStreamsAndBoundsTheDrain(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("an open watch held up the stop")
-	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("stop took %s with a 2s drain bound", took)
 	}
 	for {
 		if _, err := stream.Recv(); err != nil {

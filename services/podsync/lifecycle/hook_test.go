@@ -111,7 +111,6 @@ func TestRunHookExecAndSleep(t *testing.T) {
 				ctx, cancel = tc.ctx()
 			}
 			defer cancel()
-			start := time.Now()
 			err := RunHook(ctx, tc.ex, testPod(), c, "cid", "10.0.0.1", tc.h)
 			if tc.wantErr == nil {
 				if err != nil {
@@ -129,9 +128,6 @@ func TestRunHookExecAndSleep(t *testing.T) {
 				if tc.isErr != nil && !errors.Is(err, tc.isErr) {
 					t.Errorf("error %q is not %v", err, tc.isErr)
 				}
-			}
-			if time.Since(start) > 5*time.Second {
-				t.Errorf("RunHook took %s", time.Since(start))
 			}
 			if tc.h != nil && tc.h.Exec != nil {
 				if len(tc.ex.calls) != 1 || strings.Join(tc.ex.calls[0], " ") != "sh -c echo hi" || tc.ex.ids[0] != "cid" || tc.ex.tmo[0] != 0 {

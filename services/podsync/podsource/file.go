@@ -118,6 +118,9 @@ type dirWatcher struct {
 
 // scan reads the directory and sends its pods when they differ from what was sent last.
 func (w *dirWatcher) scan() {
+	if o, ok := w.rep.(scanObserver); ok {
+		defer o.Scanned()
+	}
 	info, err := os.Stat(w.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

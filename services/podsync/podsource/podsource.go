@@ -45,3 +45,9 @@ type MirrorSink interface {
 type Reporter interface {
 	BadManifest(source, name string, err error)
 }
+
+// scanObserver is a Reporter that also wants to know when a static pod directory was read
+// (tests wait for reads with it instead of sleeping).
+type scanObserver interface {
+	Scanned()
+}

@@ -86,6 +86,35 @@ func namesAre(want ...string) func([]*corev1.Pod) bool {
 type recordingReporter struct {
 	mu      sync.Mutex
 	reports []string // "source name: err"
+	scans   int      // directory reads finished
+}
+
+// Scanned counts a read of the static pod directory.
+func (r *recordingReporter) Scanned() {
+	r.mu.Lock()
+	r.scans++
+	r.mu.Unlock()
+}
+
+// waitScans waits until n more reads of the directory have finished.
+func (r *recordingReporter) waitScans(t *testing.T, n int) {
+	t.Helper()
+	r.mu.Lock()
+	want := r.scans + n
+	r.mu.Unlock()
+	deadline := time.Now().Add(watchLatency)
+	for {
+		r.mu.Lock()
+		got := r.scans
+		r.mu.Unlock()
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d directory reads, want %d within %v", got, want, watchLatency)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (r *recordingReporter) BadManifest(source, name string, err error) {

@@ -343,8 +343,14 @@ func TestRestartWithSameStatusWritesNothing(t *testing.T) {
 	f := newFixture(t, nil, 0, apiPod("a", "uid-a", st))
 	// A restarted podsync: same observation, its own (later) times, no gate condition.
 	f.w.send(t, msg(7, true, psPod("uid-a", "a", SourceAPI, running(true, t1))))
-	f.settle(t)
-	time.Sleep(50 * time.Millisecond) // give a wrong write the chance to happen
+	// Once the pod is known and no longer dirty, its sync has decided: a wrong write
+	// would have been made by then.
+	eventually(t, "pod a synced", func() bool {
+		f.m.mu.Lock()
+		defer f.m.mu.Unlock()
+		e := f.m.pods["uid-a"]
+		return e != nil && !e.dirty
+	})
 	if n := f.patchCount(); n != 0 {
 		t.Fatalf("a restart wrote %d patches: %v", n, f.patches)
 	}
