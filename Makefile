@@ -131,6 +131,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./shared/checkpoint/
 	$(GO) test -run='^$$' -fuzz='^FuzzStaticPod$$' -fuzztime=$(FUZZTIME) ./services/podsync/podsource/
 	$(GO) test -run='^$$' -fuzz='^FuzzResolve$$' -fuzztime=$(FUZZTIME) ./services/volumes/subpath/
+	$(GO) test -run='^$$' -fuzz='^FuzzMetadataValue$$' -fuzztime=$(FUZZTIME) ./shared/downwardapi/
 
 ## proto: regenerate the bus API's Go code
 proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)

@@ -1,6 +1,7 @@
 // Package downwardapi holds what the downward API's environment variables (podsync) and
-// volumes (unitlet-volumes) share: how labels and annotations are written, and the value
-// of a resourceFieldRef.
+// volumes (unitlet-volumes) share: the values of fieldRefs to the pod's metadata (with
+// their one subscript parser and key checks), how labels and annotations are written, and
+// the value of a resourceFieldRef.
 package downwardapi
 
 import (
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // FormatMap writes labels or annotations as the kubelet does: one key="value" line per key,
@@ -96,4 +98,54 @@ func podLimit(pod *corev1.Pod, res corev1.ResourceName) (resource.Quantity, bool
 	}
 	q, ok := pod.Spec.Resources.Limits[res]
 	return q, ok && !q.IsZero()
+}
+
+// MetadataValue is the value of a fieldRef to the pod's metadata, the paths both
+// environment variables and volumes may use: metadata.name, metadata.namespace,
+// metadata.uid, metadata.labels, metadata.annotations, and one label or annotation by key
+// (metadata.labels['key']), the key checked as the API server checks it. ok is false for
+// a path outside the pod's metadata, which the caller resolves or refuses.
+func MetadataValue(pod *corev1.Pod, fieldPath string) (value string, ok bool, err error) {
+	if field, key, sub := SplitSubscript(fieldPath); sub {
+		switch field {
+		case "metadata.labels":
+			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+				return "", true, fmt.Errorf("invalid label key in %s: %s", fieldPath, strings.Join(errs, "; "))
+			}
+			return pod.Labels[key], true, nil
+		case "metadata.annotations":
+			if errs := validation.IsQualifiedName(strings.ToLower(key)); len(errs) > 0 {
+				return "", true, fmt.Errorf("invalid annotation key in %s: %s", fieldPath, strings.Join(errs, "; "))
+			}
+			return pod.Annotations[key], true, nil
+		}
+		return "", true, fmt.Errorf("fieldPath %q takes no key", fieldPath)
+	}
+	switch fieldPath {
+	case "metadata.name":
+		return pod.Name, true, nil
+	case "metadata.namespace":
+		return pod.Namespace, true, nil
+	case "metadata.uid":
+		return string(pod.UID), true, nil
+	case "metadata.labels":
+		return FormatMap(pod.Labels), true, nil
+	case "metadata.annotations":
+		return FormatMap(pod.Annotations), true, nil
+	}
+	return "", false, nil
+}
+
+// SplitSubscript splits "metadata.labels['key']" into its field and key; ok is false for a
+// path without a subscript.
+func SplitSubscript(fieldPath string) (field, key string, ok bool) {
+	rest, found := strings.CutSuffix(fieldPath, "']")
+	if !found {
+		return "", "", false
+	}
+	field, key, found = strings.Cut(rest, "['")
+	if !found || field == "" {
+		return "", "", false
+	}
+	return field, key, true
 }

@@ -250,23 +250,13 @@ func fieldRefValue(pod *corev1.Pod, ref *corev1.ObjectFieldSelector, pe PodEnv) 
 		hostIPs = []string{pe.HostIP}
 	}
 
-	if key, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[key], nil
-	}
-	if key, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[key], nil
+	if v, ok, err := downwardapi.MetadataValue(pod, path); ok {
+		if err != nil {
+			return "", fmt.Errorf("fieldRef: %w", err)
+		}
+		return v, nil
 	}
 	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "metadata.labels":
-		return downwardapi.FormatMap(pod.Labels), nil
-	case "metadata.annotations":
-		return downwardapi.FormatMap(pod.Annotations), nil
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
@@ -287,15 +277,6 @@ func fieldRefValue(pod *corev1.Pod, ref *corev1.ObjectFieldSelector, pe PodEnv) 
 		return strings.Join(podIPs, ","), nil
 	}
 	return "", fmt.Errorf("fieldRef %s: unsupported field path", path)
-}
-
-// subscript parses <prefix>['key'] and returns key.
-func subscript(path, prefix string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, prefix+"['")
-	if !ok {
-		return "", false
-	}
-	return strings.CutSuffix(rest, "']")
 }
 
 // resourceFieldRefValue is a container's request or limit for a resourceFieldRef; a ref

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
 	"github.com/unitlet/unitlet/shared/downwardapi"
@@ -49,49 +47,14 @@ func downwardAPIFiles(items []corev1.DownwardAPIVolumeFile, pod *corev1.Pod, all
 	return payload, nil
 }
 
-// FieldValue returns the value of a downward API fieldRef a volume may use.
+// FieldValue returns the value of a downward API fieldRef a volume may use: the pod's
+// metadata only, as the kubelet allows (shared/downwardapi).
 func FieldValue(pod *corev1.Pod, fieldPath string) (string, error) {
-	if field, key, ok := subscript(fieldPath); ok {
-		switch field {
-		case "metadata.labels":
-			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
-				return "", fmt.Errorf("invalid label key in %s: %s", fieldPath, strings.Join(errs, "; "))
-			}
-			return pod.Labels[key], nil
-		case "metadata.annotations":
-			if errs := validation.IsQualifiedName(strings.ToLower(key)); len(errs) > 0 {
-				return "", fmt.Errorf("invalid annotation key in %s: %s", fieldPath, strings.Join(errs, "; "))
-			}
-			return pod.Annotations[key], nil
-		}
-		return "", fmt.Errorf("fieldPath %q takes no key", fieldPath)
+	v, ok, err := downwardapi.MetadataValue(pod, fieldPath)
+	if !ok {
+		return "", fmt.Errorf("fieldPath %q is not supported in volumes", fieldPath)
 	}
-	switch fieldPath {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "metadata.labels":
-		return FormatMap(pod.Labels), nil
-	case "metadata.annotations":
-		return FormatMap(pod.Annotations), nil
-	}
-	return "", fmt.Errorf("fieldPath %q is not supported in volumes", fieldPath)
-}
-
-// subscript splits "metadata.labels['key']" into its field and key.
-func subscript(fieldPath string) (field, key string, ok bool) {
-	rest, found := strings.CutSuffix(fieldPath, "']")
-	if !found {
-		return "", "", false
-	}
-	field, key, found = strings.Cut(rest, "['")
-	if !found || field == "" {
-		return "", "", false
-	}
-	return field, key, true
+	return v, err
 }
 
 // FormatMap renders labels or annotations as the kubelet does (shared/downwardapi).
