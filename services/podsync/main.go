@@ -17,6 +17,7 @@ import (
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/peercred"
 )
@@ -49,9 +50,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	client, err := apiClient(ctx, nc, log)
+	client, _, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-podsync", "running standalone, static pods only", log)
 	if err != nil {
-		return err
+		return daemon.ConfigError(err)
 	}
 	volumes, err := dialVolumes(cfg.SocketDir)
 	if err != nil {

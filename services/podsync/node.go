@@ -1,16 +1,11 @@
 package podsync
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/unitlet/unitlet/shared/daemon"
-	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -27,22 +22,4 @@ func localNode(nc *nodeconfig.Config) (*corev1.Node, error) {
 		return nil, daemon.ConfigError(err)
 	}
 	return node, nil
-}
-
-// apiClient waits for the node's kubeconfig while unitlet-config bootstraps and returns a
-// client for the API server, or nil on a standalone node (no kubeconfig): static pods only.
-func apiClient(ctx context.Context, nc *nodeconfig.Config, log *slog.Logger) (kubernetes.Interface, error) {
-	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
-		return nil, err
-	}
-	kube.FollowRotatedCertificates()
-	client, _, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-podsync", nc.KubeletConfiguration)
-	if errors.Is(err, kube.ErrStandalone) {
-		log.Info("running standalone, static pods only", "reason", err)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, daemon.ConfigError(err)
-	}
-	return client, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -35,9 +36,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc := nc.KubeletConfiguration
-	client, restConfig, err := apiClient(ctx, nc, log)
+	client, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
 	if err != nil {
-		return err
+		return daemon.ConfigError(err)
 	}
 	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
 	if err != nil {

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,28 +22,9 @@ import (
 	"github.com/unitlet/unitlet/services/status/stats"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
-	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
-
-// apiClient waits for the node's kubeconfig while unitlet-config bootstraps and returns a
-// client for the API server, or nil on a standalone node (no kubeconfig): no API writes.
-func apiClient(ctx context.Context, nc *nodeconfig.Config, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
-	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
-		return nil, nil, err
-	}
-	kube.FollowRotatedCertificates()
-	client, restConfig, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-status", nc.KubeletConfiguration)
-	if errors.Is(err, kube.ErrStandalone) {
-		log.Info("running standalone: no API writes; the node API serves /healthz and /pods", "reason", err)
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, daemon.ConfigError(err)
-	}
-	return client, restConfig, nil
-}
 
 // parts are what unitlet-status's loops are built from.
 type parts struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
@@ -41,9 +42,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc, clk := nc.KubeletConfiguration, clock.RealClock{}
-	client, err := apiClient(ctx, nc, log)
+	client, _, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-volumes", "running standalone: configMap, secret and token volumes cannot be served", log)
 	if err != nil {
-		return err
+		return daemon.ConfigError(err)
 	}
 	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
 	if err != nil {

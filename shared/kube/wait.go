@@ -7,7 +7,10 @@ import (
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/pki"
@@ -63,4 +66,23 @@ func WaitForKubeconfig(ctx context.Context, paths *configv1.Paths, log *slog.Log
 			log.Info("still waiting for the node's credentials", "kubeconfig", kubeconfig, "reason", err)
 		}
 	}
+}
+
+// ForNode is how a service gets its API client: it waits for the node's kubeconfig while
+// unitlet-config bootstraps (WaitForKubeconfig), makes client-go follow rotated client
+// certificates, and returns a client for component with the configuration's QPS. On a
+// standalone node (no kubeconfig) it logs standalone, what the service then does
+// without the API server, and returns no client and no error. Any other error is the
+// configuration's, or ctx's.
+func ForNode(ctx context.Context, paths *configv1.Paths, kc *kubeletconfigv1beta1.KubeletConfiguration, component, standalone string, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
+	if err := WaitForKubeconfig(ctx, paths, log); err != nil {
+		return nil, nil, err
+	}
+	FollowRotatedCertificates()
+	client, rc, err := Client(paths.GetKubeconfig(), component, kc)
+	if errors.Is(err, ErrStandalone) {
+		log.Info(standalone, "reason", err)
+		return nil, nil, nil
+	}
+	return client, rc, err
 }
