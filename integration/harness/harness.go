@@ -130,6 +130,9 @@ func (h *Harness) step(what string, fn func() (string, error)) error {
 // again at any time.
 func (h *Harness) Up(ctx context.Context) error {
 	total := time.Now()
+	if err := h.removeStale(); err != nil {
+		return err
+	}
 	if !h.stack.Standalone {
 		if err := h.step("binaries", func() (string, error) {
 			b, err := EnsureBinaries(h.repo, h.out)
@@ -219,6 +222,26 @@ func (h *Harness) Up(ctx context.Context) error {
 		return nil
 	}
 	fmt.Fprintf(h.out, "stack %s is up in %s\n  kubectl --kubeconfig=%s get nodes\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond), h.AdminKubeconfig())
+	return nil
+}
+
+// removeStale takes down what an earlier stack left in this stack's directory when none
+// of its processes runs any more (a run that was killed, a machine that rebooted): its
+// etcd would hand this stack the old run's pods, and its nodes' directories their volumes.
+// A stack with any process alive is a running one, which Up joins.
+func (h *Harness) removeStale() error {
+	if _, err := os.Stat(h.paths.root); err != nil {
+		return nil
+	}
+	for _, p := range h.loadState().Procs {
+		if p.alive() && p.sameCommand() {
+			return nil
+		}
+	}
+	fmt.Fprintf(h.out, "[      ] %s holds an earlier stack and none of its processes runs: removing it first\n", h.paths.root)
+	if err := h.Down(); err != nil {
+		return fmt.Errorf("remove the earlier stack in %s: %w", h.paths.root, err)
+	}
 	return nil
 }
 
@@ -322,6 +345,10 @@ func (h *Harness) Down() error {
 					fmt.Fprintf(h.out, "could not remove the pods through CRI (%v); killing their shims\n", err)
 				}
 			}
+		}
+		if p.alive() && !p.sameCommand() {
+			fmt.Fprintf(h.out, "%s (pid %d) is gone; the PID now runs another program, left alone\n", n, p.PID)
+			continue
 		}
 		if err := p.stop(15 * time.Second); err != nil {
 			errs = append(errs, err)

@@ -63,6 +63,20 @@ func (p *proc) alive() bool {
 	return true
 }
 
+// sameCommand reports whether the process with p's PID runs the program p was started
+// with: after a reboot, or long after p ended, the PID may be another program's.
+func (p *proc) sameCommand() bool {
+	if len(p.Args) == 0 {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(b), "\x00")
+	return argv0 == p.Args[0]
+}
+
 // stop ends the process: SIGTERM to its process group, SIGKILL after grace.
 func (p *proc) stop(grace time.Duration) error {
 	if !p.alive() {
