@@ -1,12 +1,9 @@
 package peercred
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,11 +49,12 @@ func UIDs(uids ...uint32) Rule {
 	}}
 }
 
-// Group admits members of a group: callers whose primary gid is gid, or whose process lists
-// it among its supplementary groups (read from /proc/<pid>/status).
+// Group admits members of a group: callers whose primary gid is gid or that have it among
+// their supplementary groups, both as the kernel recorded them when the caller connected
+// (never read from /proc, where a PID may by then be another process's).
 func Group(name string, gid uint32) Rule {
 	return Rule{name: "group " + name, allow: func(c AuthInfo) bool {
-		return c.GID == gid || hasSupplementaryGroup(c.PID, gid)
+		return c.GID == gid || slices.Contains(c.Groups, gid)
 	}}
 }
 
@@ -88,30 +86,6 @@ func AnyOf(rules ...Rule) Rule {
 		}
 		return false
 	}}
-}
-
-func hasSupplementaryGroup(pid int32, gid uint32) bool {
-	if pid <= 0 {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	s := bufio.NewScanner(bytes.NewReader(data))
-	for s.Scan() {
-		rest, ok := strings.CutPrefix(s.Text(), "Groups:")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Fields(rest) {
-			if g, err := strconv.ParseUint(f, 10, 32); err == nil && uint32(g) == gid {
-				return true
-			}
-		}
-		return false
-	}
-	return false
 }
 
 // Authorizer decides per RPC who may call. A rule is registered for a full method

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,26 +26,37 @@ const checkMethod = "/grpc.health.v1.Health/Check"
 // the peer the server saw on the last call.
 func serve(t *testing.T, authz *peercred.Authorizer) (healthpb.HealthClient, func() peercred.AuthInfo) {
 	t.Helper()
+	path, seen := serveAt(t, authz)
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(peercred.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn), seen
+}
+
+// serveAt runs a health server with authz on a real Unix socket and returns its path, and
+// the peer the server saw on the last call.
+func serveAt(t *testing.T, authz *peercred.Authorizer) (string, func() peercred.AuthInfo) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
 	var seen peercred.AuthInfo
 	record := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
 		seen, _ = peercred.FromContext(ctx)
+		mu.Unlock()
 		return h(ctx, req)
 	}
 	srv := grpc.NewServer(grpc.Creds(peercred.NewCredentials()), grpc.ChainUnaryInterceptor(record, authz.UnaryInterceptor()))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(peercred.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return healthpb.NewHealthClient(conn), func() peercred.AuthInfo { return seen }
+	return path, func() peercred.AuthInfo { mu.Lock(); defer mu.Unlock(); return seen }
 }
 
 func call(c healthpb.HealthClient) error {

@@ -1,6 +1,7 @@
 // Package peercred identifies the process at the other end of a Unix socket from the kernel's
-// SO_PEERCRED record, for gRPC: transport credentials that attach the caller's uid, gid and pid
-// to every call, and an authorizer where each RPC names the callers it admits.
+// records of the connection (SO_PEERCRED, SO_PEERGROUPS), for gRPC: transport credentials
+// that attach the caller's uid, gid, supplementary groups and pid to every call, and an
+// authorizer where each RPC names the callers it admits.
 package peercred
 
 import (
@@ -9,18 +10,22 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 )
 
-// AuthInfo is the peer's credentials as the kernel recorded them when it connected.
+// AuthInfo is the peer's credentials as the kernel recorded them when it connected. PID is
+// for messages only: a process can exit and its PID be reused while the connection lives,
+// so nothing is decided by it.
 type AuthInfo struct {
 	credentials.CommonAuthInfo
-	UID uint32
-	GID uint32
-	PID int32
+	UID    uint32
+	GID    uint32
+	Groups []uint32 // supplementary groups
+	PID    int32
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -79,14 +84,19 @@ func Of(conn net.Conn) (AuthInfo, error) {
 		return AuthInfo{}, fmt.Errorf("peer credentials: %w", err)
 	}
 	var cred *unix.Ucred
-	var credErr error
+	var groups []uint32
+	var credErr, groupsErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		groups, groupsErr = peerGroups(int(fd))
 	}); err != nil {
 		return AuthInfo{}, fmt.Errorf("peer credentials: %w", err)
 	}
 	if credErr != nil {
 		return AuthInfo{}, fmt.Errorf("peer credentials: SO_PEERCRED: %w", credErr)
+	}
+	if groupsErr != nil {
+		return AuthInfo{}, fmt.Errorf("peer credentials: SO_PEERGROUPS (Linux 4.13 or later): %w", groupsErr)
 	}
 	if cred == nil {
 		return AuthInfo{}, errors.New("peer credentials: none recorded")
@@ -95,6 +105,27 @@ func Of(conn net.Conn) (AuthInfo, error) {
 		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
 		UID:            cred.Uid,
 		GID:            cred.Gid,
+		Groups:         groups,
 		PID:            cred.Pid,
 	}, nil
+}
+
+// peerGroups reads SO_PEERGROUPS: the supplementary groups the peer had when it connected
+// (or listened), kept with the socket. A buffer too small fails with ERANGE and the length
+// needed, which the second try uses.
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 32)
+	for try := 0; ; try++ {
+		size := uint32(len(buf) * 4)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(unsafe.Pointer(&size)), 0)
+		switch {
+		case errno == 0:
+			return buf[:size/4], nil
+		case errno == unix.ERANGE && try == 0:
+			buf = make([]uint32, size/4+1)
+		default:
+			return nil, errno
+		}
+	}
 }
