@@ -324,13 +324,25 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	})
 	check := func(when string) {
 		t.Helper()
+		failed := false
 		if m := mountsOf(uids); len(m) != n {
-			t.Errorf("%s: %d of %d pods have their secret's tmpfs mounted", when, len(m), n)
+			failed = true
+			var missing []string
+			for _, name := range names {
+				if p, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err == nil && m[string(p.UID)] == 0 {
+					missing = append(missing, fmt.Sprintf("%s (uid %s; events: %s)", name, p.UID, podEvents(context.Background(), t, name)))
+				}
+			}
+			t.Errorf("%s: %d of %d pods have their secret's tmpfs mounted; without: %s", when, len(m), n, strings.Join(missing, "; "))
 		}
 		for _, name := range []string{names[0], names[n/2], names[n-1]} {
 			if out, err := inPod(t, name, "cat", "/sec/k"); err != nil || strings.TrimSpace(out) != "v" {
+				failed = true
 				t.Errorf("%s: %s reads %q (%v) from its secret volume", when, name, out, err)
 			}
+		}
+		if failed {
+			t.Logf("the services' logs:\n%s", stack.Logs(80))
 		}
 	}
 	check("after a SIGKILL while preparing")
