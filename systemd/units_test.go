@@ -26,7 +26,7 @@ const maxExposure = 3.0
 // have no mount namespace of its own, and every setting that makes one (ProtectSystem=,
 // ProtectHome=, PrivateTmp=, PrivateDevices=, PrivateMounts=, ProtectKernel*=,
 // ProtectControlGroups=, ProtectProc=) is out: about 2.0 of its exposure, as for the
-// kubelet.
+// kubelet; RestrictSUIDSGID= is out too, as fsGroup volumes need set-group-ID directories.
 // unitlet-certs has no reason to go above 2.0: it only writes the certificate directory and
 // talks to the API server.
 var exposureCeilings = map[string]float64{
@@ -47,7 +47,7 @@ var capabilities = map[string]string{
 	"unitlet-config.service":  "",
 	"unitlet-podsync.service": "",
 	"unitlet-status.service":  "",
-	"unitlet-volumes.service": "CAP_SYS_ADMIN CAP_CHOWN CAP_FOWNER CAP_DAC_OVERRIDE",
+	"unitlet-volumes.service": "CAP_SYS_ADMIN CAP_CHOWN CAP_FOWNER CAP_FSETID CAP_DAC_OVERRIDE",
 }
 
 // analyze returns the path of systemd-analyze. The unit tests are part of the suite on every

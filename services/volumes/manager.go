@@ -184,6 +184,11 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 		if err := emptydir.Setup(dir, v.EmptyDir.Medium, size); err != nil {
 			return nil, err
 		}
+		if sc := pod.Spec.SecurityContext; sc != nil {
+			if err := emptydir.ApplyFSGroup(dir, sc.FSGroup); err != nil {
+				return nil, err
+			}
+		}
 		return &volume{name: v.Name, plugin: pluginEmptyDir, path: dir, memory: v.EmptyDir.Medium == corev1.StorageMediumMemory}, nil
 	}
 	plugin := ""

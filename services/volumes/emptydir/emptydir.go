@@ -90,7 +90,9 @@ func setupTmpfs(dir string, sizeLimit *resource.Quantity) error {
 		return err
 	}
 	options := fmt.Sprintf("size=%d,mode=%#o", size, volumeMode)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, options); err != nil {
+	// nosuid and nodev: a pod's memory volume never needs set-user-ID files or devices,
+	// and the kubelet's tmpfs mounts allow both; this one is stricter.
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, options); err != nil {
 		return fmt.Errorf("mount tmpfs (%s): %w", options, err)
 	}
 	return nil
@@ -225,4 +227,28 @@ func podMemoryLimit(pod *corev1.Pod) *resource.Quantity {
 		return nil
 	}
 	return &limit
+}
+
+// ApplyFSGroup gives the emptyDir at dir to a pod's fsGroup, as the kubelet does: the
+// directory's group becomes fsGroup and it becomes set-group-ID (mode 2777), so that what
+// the pod's containers create in it belongs to the group too. A directory that already
+// has the group and the bit is left alone (the contents are the pod's); nil does nothing.
+func ApplyFSGroup(dir string, fsGroup *int64) error {
+	if fsGroup == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("apply fsGroup %d to %s: %w", *fsGroup, dir, err)
+	}
+	if int64(st.Gid) == *fsGroup && st.Mode&unix.S_ISGID != 0 {
+		return nil
+	}
+	if err := os.Lchown(dir, -1, int(*fsGroup)); err != nil {
+		return fmt.Errorf("apply fsGroup %d to %s: %w", *fsGroup, dir, err)
+	}
+	if err := os.Chmod(dir, volumeMode|fs.ModeSetgid); err != nil {
+		return fmt.Errorf("apply fsGroup %d to %s: set-group-ID: %w", *fsGroup, dir, err)
+	}
+	return nil
 }

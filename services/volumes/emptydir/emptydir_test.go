@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,6 +167,11 @@ func TestMemoryEnforcesSizeLimit(t *testing.T) {
 	if !strings.Contains(mounts[0].VFSOptions, "size=1024k") {
 		t.Errorf("tmpfs options %q, want size=1024k", mounts[0].VFSOptions)
 	}
+	for _, o := range []string{"nosuid", "nodev"} {
+		if !slices.Contains(strings.Split(mounts[0].Options, ","), o) {
+			t.Errorf("tmpfs mount options %q lack %s", mounts[0].Options, o)
+		}
+	}
 	info, err := os.Stat(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -318,6 +324,47 @@ func TestMemorySize(t *testing.T) {
 				t.Fatalf("MemorySize = nil, want %s", tt.want)
 			case got.Cmp(resource.MustParse(tt.want)) != 0:
 				t.Fatalf("MemorySize = %v, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestApplyFSGroupMakesTheDirectoryTheGroups(t *testing.T) {
+	requireRoot(t)
+	for _, medium := range []corev1.StorageMedium{corev1.StorageMediumDefault, corev1.StorageMediumMemory} {
+		t.Run(string(medium), func(t *testing.T) {
+			root := t.TempDir()
+			unmountAll(t, root)
+			dir := filepath.Join(root, "vol")
+			if err := Setup(dir, medium, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := ApplyFSGroup(dir, nil); err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := os.Stat(dir); info.Mode()&fs.ModeSetgid != 0 {
+				t.Fatalf("no fsGroup: mode %v, want no set-group-ID", info.Mode())
+			}
+			group := int64(2000)
+			for range 2 { // idempotent
+				if err := ApplyFSGroup(dir, &group); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(dir, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Gid != 2000 || st.Mode&0o7777 != 0o2777 {
+				t.Errorf("gid %d mode %#o, want 2000 and 02777", st.Gid, st.Mode&0o7777)
+			}
+			// A file made in it takes the group.
+			f := filepath.Join(dir, "made")
+			if err := os.WriteFile(f, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Stat(f, &st); err != nil || st.Gid != 2000 {
+				t.Errorf("a new file's gid %d (%v), want 2000", st.Gid, err)
 			}
 		})
 	}

@@ -1,0 +1,159 @@
+package vmtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/unitlet/unitlet/integration/harness"
+)
+
+// TestFSGroupVolumesUnderTheShippedUnit runs a pod with fsGroup and a volume of each kind
+// on the vm node, where unitlet-volumes runs under its shipped unit (systemd's sandbox
+// enforced). The unit once had RestrictSUIDSGID=yes, which made the set-group-ID volume
+// directories fail with EPERM: such a pod stayed in ContainerCreating. Each volume's files
+// must belong to the fsGroup, emptyDirs must be set-group-ID so a file the container makes
+// takes the group (as the kubelet does), and the memory emptyDir must be a nosuid,nodev
+// tmpfs.
+func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
+	n := vmNode(t)
+	c := admin(t)
+	ctx := context.Background()
+	ns := "default"
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vm-fsgroup-cm", Namespace: ns}, Data: map[string]string{"a": "from the configMap"}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vm-fsgroup-secret", Namespace: ns}, StringData: map[string]string{"s": "from the secret"}}
+	for _, create := range []func() error{
+		func() error { _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); return err },
+		func() error { _, err := c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); return err },
+	} {
+		if err := create(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		_ = c.CoreV1().ConfigMaps(ns).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+		_ = c.CoreV1().Secrets(ns).Delete(context.Background(), sec.Name, metav1.DeleteOptions{})
+	}()
+
+	fsGroup, user, grace := int64(2000), int64(1000), int64(1)
+	mode := int32(0o440)
+	script := strings.Join([]string{
+		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem",
+		"echo x > /scratch/made && stat -L -c 'STAT %n %g %a' /scratch/made",
+		"grep ' /mem ' /proc/self/mounts | sed 's/^/MOUNT /'",
+		"echo DONE",
+		"exec sleep 100000",
+	}, "; ")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-fsgroup", Namespace: ns, Labels: map[string]string{"app": "fsgroup"}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			AutomountServiceAccountToken:  new(bool),
+			SecurityContext:               &corev1.PodSecurityContext{FSGroup: &fsGroup, RunAsUser: &user},
+			Containers: []corev1.Container{{
+				Name: "c", Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "cm", MountPath: "/cm", ReadOnly: true},
+					{Name: "sec", MountPath: "/sec"},
+					{Name: "dapi", MountPath: "/dapi"},
+					{Name: "proj", MountPath: "/proj"},
+					{Name: "cm", MountPath: "/sub", SubPath: "a"},
+					{Name: "scratch", MountPath: "/scratch"},
+					{Name: "mem", MountPath: "/mem"},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}, DefaultMode: &mode}}},
+				{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: sec.Name}}},
+				{Name: "dapi", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+				}}}},
+				{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}},
+				}}}},
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+			},
+		},
+	}
+	created, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) }()
+
+	stack.WaitFor(t, 3*time.Minute, "pod vm-fsgroup Running", func(ctx context.Context) (bool, string) {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		events, _ := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+		var msgs []string
+		for _, e := range events.Items {
+			msgs = append(msgs, e.Reason+": "+e.Message)
+		}
+		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("%s on %q; events %q", p.Status.Phase, p.Spec.NodeName, msgs)
+	})
+
+	// The container's output, from its log file in the guest (the API server cannot reach
+	// a vm node's kubelet port for kubectl logs).
+	logFile := fmt.Sprintf("/var/log/pods/%s_%s_%s/c/0.log", ns, pod.Name, created.UID)
+	var out string
+	stack.WaitFor(t, time.Minute, "the container's report", func(context.Context) (bool, string) {
+		o, err := stack.Exec(n.Name, []string{"cat", logFile}).CombinedOutput()
+		out = string(o)
+		return err == nil && strings.Contains(out, "DONE"), out
+	})
+	stats := map[string][2]string{} // path: group, mode
+	var mounts []string
+	for _, line := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(line, " STAT "); ok {
+			f := strings.Fields(rest)
+			if len(f) == 3 {
+				stats[f[0]] = [2]string{f[1], f[2]}
+			}
+		}
+		if _, rest, ok := strings.Cut(line, " MOUNT "); ok {
+			mounts = append(mounts, rest)
+		}
+	}
+	for _, p := range []string{"/cm/a", "/sec/s", "/dapi/labels", "/proj/a", "/scratch", "/mem", "/scratch/made"} {
+		st, ok := stats[p]
+		if !ok {
+			t.Errorf("%s: not in the container's report:\n%s", p, out)
+			continue
+		}
+		if st[0] != "2000" {
+			t.Errorf("%s: group %s, want the fsGroup 2000 (mode %s)", p, st[0], st[1])
+		}
+	}
+	if st := stats["/cm/a"]; st[1] != "440" {
+		t.Errorf("/cm/a: mode %s, want the defaultMode 440", st[1])
+	}
+	for _, p := range []string{"/scratch", "/mem"} {
+		if st := stats[p]; !strings.HasPrefix(st[1], "2") {
+			t.Errorf("%s: mode %s, want set-group-ID (2xxx) so new files take the fsGroup", p, st[1])
+		}
+	}
+	if _, ok := stats["/sub"]; !ok {
+		t.Errorf("/sub (a configMap key by subPath): not in the container's report:\n%s", out)
+	}
+	// The memory emptyDir's tmpfs as the container sees it (a bind of unitlet's mount). A
+	// read-only volume (secrets, configMaps) is remounted read-only by runc 1.1, which
+	// drops the two flags in the container's view; unitlet's own mount keeps them (the
+	// emptydir package's tests).
+	if len(mounts) != 1 {
+		t.Errorf("want the /mem tmpfs mount in the container, got %q", mounts)
+	}
+	for _, m := range mounts {
+		if !strings.Contains(m, "nosuid") || !strings.Contains(m, "nodev") {
+			t.Errorf("mount %q: want nosuid,nodev", m)
+		}
+	}
+}
