@@ -48,6 +48,15 @@ func mergeDefaultEvictionHard(c *v1beta1.KubeletConfiguration) {
 	}
 }
 
+// strictDefaults sets, in a decoded file before the drop-ins merge over it, the fields
+// whose kubelet default unitlet refuses: rotateCertificates is true unless an input says
+// otherwise (the kubelet's v1beta1 default is false; Validate refuses false).
+func strictDefaults(doc map[string]any) {
+	if _, set := doc["rotateCertificates"]; !set {
+		doc["rotateCertificates"] = true
+	}
+}
+
 // settleEvictionHard does to a decoded file what Default does to evictionHard, before
 // the drop-ins merge over it.
 func settleEvictionHard(doc map[string]any) {

@@ -117,9 +117,16 @@ func TestDefaults(t *testing.T) {
 	if got["logging"].(map[string]any)["format"] != "text" {
 		t.Errorf("logging %v", got["logging"])
 	}
+	// The kubelet's rotateCertificates default, false, is one unitlet refuses: Load makes
+	// it true when no input sets it (TestLoadRotatesCertificatesUnlessToldNot).
+	if errs := Validate(&c); len(errs) != 1 || errs[0].Field != "rotateCertificates" {
+		t.Errorf("the kubelet's defaults: %v, want only rotateCertificates refused", errs)
+	}
+	c.RotateCertificates = true
 	if errs := Validate(&c); len(errs) > 0 {
 		t.Errorf("the defaults do not validate: %v", errs)
 	}
+	c.RotateCertificates = false
 
 	// Defaulting again changes nothing.
 	again := *c.DeepCopy()
@@ -189,6 +196,7 @@ func TestDefaultsThatDependOnOtherFields(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.in
 			Default(&c)
+			c.RotateCertificates = true // as Load gives it (strictDefaults)
 			if !tc.check(&c) {
 				t.Errorf("got %+v", c)
 			}

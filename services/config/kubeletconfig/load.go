@@ -127,6 +127,7 @@ func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 		res.Sources = append(res.Sources, Source{Kind: SourceFile, Name: file, SHA256: digest(raw)})
 	}
 	settleEvictionHard(base)
+	strictDefaults(base)
 	merged, err := json.Marshal(base)
 	if err != nil {
 		return nil, fmt.Errorf("encode the configuration file %s: %w", file, err)

@@ -559,3 +559,36 @@ func TestSplitPath(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadRotatesCertificatesUnlessToldNot(t *testing.T) {
+	dir := t.TempDir()
+	for _, file := range []string{"", write(t, dir, "plain.yaml", header)} {
+		res, err := Load(file, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Config.RotateCertificates {
+			t.Errorf("Load(%q): rotateCertificates false, want true when nothing sets it", file)
+		}
+	}
+	// false, from the file or from a drop-in, is refused and blamed on its input.
+	file := write(t, dir, "off.yaml", header+"rotateCertificates: false\n")
+	_, err := Load(file, "")
+	if e := asError(t, err); e.File != file || e.Field != "rotateCertificates" || !strings.Contains(e.Msg, "unitlet-certs always renews") {
+		t.Errorf("rotateCertificates: false in the file: %v", err)
+	}
+	d := filepath.Join(dir, "d")
+	dropIn := write(t, d, "10.conf", header+"rotateCertificates: false\n")
+	_, err = Load(write(t, dir, "on.yaml", header+"rotateCertificates: true\n"), d)
+	if e := asError(t, err); e.File != dropIn || e.Field != "rotateCertificates" {
+		t.Errorf("rotateCertificates: false in a drop-in: %v", err)
+	}
+}
+
+func TestLoadRefusesAReadOnlyPort(t *testing.T) {
+	file := write(t, t.TempDir(), "config.yaml", header+"readOnlyPort: 10255\n")
+	_, err := Load(file, "")
+	if e := asError(t, err); e.File != file || e.Field != "readOnlyPort" || !strings.Contains(e.Msg, "no unauthenticated read-only port") {
+		t.Errorf("readOnlyPort: 10255: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package kubeletconfig
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"net/netip"
@@ -28,6 +29,11 @@ var evictionSignals = []string{
 	"allocatableMemory.available", "containerfs.available", "containerfs.inodesFree",
 	"imagefs.available", "imagefs.inodesFree", "memory.available",
 	"nodefs.available", "nodefs.inodesFree", "pid.available",
+}
+
+// http2Suite reports whether a cipher suite is one of those HTTP/2 requires one of.
+func http2Suite(name string) bool {
+	return name == "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" || name == "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
 }
 
 // reservableResources may appear in kubeReserved and systemReserved.
@@ -121,7 +127,9 @@ func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 		add(field.Invalid(path(name), p, msg))
 	}
 	port("port", c.Port, false)
-	port("readOnlyPort", c.ReadOnlyPort, true)
+	if c.ReadOnlyPort != 0 {
+		add(field.Forbidden(path("readOnlyPort"), fmt.Sprintf("%d is refused: unitlet serves no unauthenticated read-only port; remove the field or set it to 0", c.ReadOnlyPort)))
+	}
 	if c.HealthzPort != nil {
 		port("healthzPort", *c.HealthzPort, true)
 	}
@@ -161,15 +169,34 @@ func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 		}
 		add(field.Required(path(name), "must be set together with "+other))
 	}
+	// Stricter than the kubelet: no TLS below 1.2, no cipher suite Go calls insecure, and
+	// no cipher suites where TLS 1.3 would ignore them.
 	if c.TLSMinVersion != "" {
-		if _, err := cliflag.TLSVersion(c.TLSMinVersion); err != nil {
+		if v, err := cliflag.TLSVersion(c.TLSMinVersion); err != nil {
 			add(field.NotSupported(path("tlsMinVersion"), c.TLSMinVersion, cliflag.TLSPossibleVersions()))
+		} else if v < tls.VersionTLS12 {
+			add(field.Forbidden(path("tlsMinVersion"), fmt.Sprintf("%s is refused: unitlet serves TLS 1.2 or later (VersionTLS12, VersionTLS13)", c.TLSMinVersion)))
+		} else if v == tls.VersionTLS13 && len(c.TLSCipherSuites) > 0 {
+			add(field.Forbidden(path("tlsCipherSuites"), "TLS 1.3 cipher suites are not configurable: with tlsMinVersion VersionTLS13 this list would be ignored; remove it"))
 		}
 	}
+	insecure := cliflag.InsecureTLSCiphers()
 	for i, s := range c.TLSCipherSuites {
-		if _, err := cliflag.TLSCipherSuites([]string{s}); err != nil {
+		if _, bad := insecure[s]; bad {
+			add(field.Forbidden(path("tlsCipherSuites").Index(i), s+" is refused: Go counts it among the insecure cipher suites"))
+		} else if _, err := cliflag.TLSCipherSuites([]string{s}); err != nil {
 			add(field.Invalid(path("tlsCipherSuites").Index(i), s, "unknown cipher suite"))
 		}
+	}
+	if len(c.TLSCipherSuites) > 0 && !slices.ContainsFunc(c.TLSCipherSuites, http2Suite) {
+		add(field.Invalid(path("tlsCipherSuites"), c.TLSCipherSuites, "the node API speaks HTTP/2, which needs TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 or TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 in the list"))
+	}
+	if _, err := cliflag.TLSCurvePreferences(c.TLSCurvePreferences); err != nil {
+		add(field.Invalid(path("tlsCurvePreferences"), c.TLSCurvePreferences, err.Error()))
+	}
+	if !c.RotateCertificates {
+		// Load makes it true when no input sets it: only an explicit false gets here.
+		add(field.Forbidden(path("rotateCertificates"), "false is refused: unitlet-certs always renews the node's client certificate before it expires; remove the field or set it to true"))
 	}
 	if c.ServerTLSBootstrap && !gates.enabled(gateRotateKubeletServerCertificate) {
 		add(field.Forbidden(path("serverTLSBootstrap"), "needs the feature gate "+gateRotateKubeletServerCertificate))

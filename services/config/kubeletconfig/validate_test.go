@@ -26,6 +26,15 @@ func dur(s string) metav1.Duration {
 	return metav1.Duration{Duration: d}
 }
 
+// loaded is the configuration Load makes of no input: the kubelet's defaults and
+// unitlet's stricter ones.
+func loaded() kc {
+	var c kc
+	Default(&c)
+	c.RotateCertificates = true
+	return c
+}
+
 func TestValidateRejects(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -66,6 +75,19 @@ func TestValidateRejects(t *testing.T) {
 		{"port 0", func(c *kc) { c.Port = 0 }, "port"},
 		{"port too big", func(c *kc) { c.Port = 70000 }, "port"},
 		{"readOnlyPort negative", func(c *kc) { c.ReadOnlyPort = -1 }, "readOnlyPort"},
+		{"readOnlyPort served", func(c *kc) { c.ReadOnlyPort = 10255 }, "readOnlyPort"},
+		{"rotateCertificates false", func(c *kc) { c.RotateCertificates = false }, "rotateCertificates"},
+		{"tlsMinVersion below 1.2", func(c *kc) { c.TLSMinVersion = "VersionTLS11" }, "tlsMinVersion"},
+		{"tlsMinVersion unknown", func(c *kc) { c.TLSMinVersion = "VersionTLS14" }, "tlsMinVersion"},
+		{"tlsCipherSuites insecure", func(c *kc) {
+			c.TLSCipherSuites = []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_RSA_WITH_RC4_128_SHA"}
+		}, "tlsCipherSuites[1]"},
+		{"tlsCipherSuites unknown", func(c *kc) { c.TLSCipherSuites = []string{"TLS_NONE"} }, "tlsCipherSuites[0]"},
+		{"tlsCipherSuites without HTTP/2's", func(c *kc) { c.TLSCipherSuites = []string{"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"} }, "tlsCipherSuites"},
+		{"tlsCipherSuites with TLS 1.3", func(c *kc) {
+			c.TLSMinVersion, c.TLSCipherSuites = "VersionTLS13", []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
+		}, "tlsCipherSuites"},
+		{"tlsCurvePreferences unknown", func(c *kc) { c.TLSCurvePreferences = []int32{29, 7} }, "tlsCurvePreferences"},
 		{"healthzPort too big", func(c *kc) { c.HealthzPort = ptr.To[int32](65536) }, "healthzPort"},
 		{"address not an IP", func(c *kc) { c.Address = "localhost" }, "address"},
 		{"healthzBindAddress not an IP", func(c *kc) { c.HealthzBindAddress = "127.0.0.1:80" }, "healthzBindAddress"},
@@ -183,8 +205,7 @@ func TestValidateRejects(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var c kc
-			Default(&c)
+			c := loaded()
 			tc.edit(&c)
 			errs := Validate(&c)
 			if len(errs) == 0 {
@@ -209,6 +230,12 @@ func TestValidateAccepts(t *testing.T) {
 	}{
 		{"defaults", func(c *kc) {}},
 		{"ports disabled", func(c *kc) { c.ReadOnlyPort, c.HealthzPort = 0, ptr.To[int32](0) }},
+		{"TLS settings", func(c *kc) {
+			c.TLSMinVersion = "VersionTLS12"
+			c.TLSCipherSuites = []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"}
+			c.TLSCurvePreferences = []int32{29, 23}
+		}},
+		{"TLS 1.3 only", func(c *kc) { c.TLSMinVersion = "VersionTLS13" }},
 		{"IPv6", func(c *kc) {
 			c.Address, c.HealthzBindAddress, c.ClusterDNS = "::", "::1", []string{"fd00::a", "10.0.0.10"}
 		}},
@@ -243,7 +270,7 @@ func TestValidateAccepts(t *testing.T) {
 		}},
 		{"features at their locked values", func(c *kc) { c.FeatureGates = map[string]bool{gateNodeSwap: true, "SomethingElse": false} }},
 		{"TLS", func(c *kc) {
-			c.TLSCertFile, c.TLSPrivateKeyFile, c.TLSMinVersion = "/pki/k.crt", "/pki/k.key", "VersionTLS13"
+			c.TLSCertFile, c.TLSPrivateKeyFile, c.TLSMinVersion = "/pki/k.crt", "/pki/k.key", "VersionTLS12"
 			c.TLSCipherSuites = []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
 		}},
 		{"cluster domain with a dot", func(c *kc) { c.ClusterDomain = "cluster.local." }},
@@ -251,8 +278,7 @@ func TestValidateAccepts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var c kc
-			Default(&c)
+			c := loaded()
 			tc.edit(&c)
 			if errs := Validate(&c); len(errs) > 0 {
 				t.Fatalf("errors: %v", errs)
