@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	client, _, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-podsync", "running standalone, static pods only", log)
+	client, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-podsync", "running standalone, static pods only", log)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
@@ -62,7 +62,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	reg := d.Registry()
-	events := newRecorder(client, nodeName, log)
+	events, err := newRecorder(restConfig, kc, nodeName, log)
+	if err != nil {
+		return err
+	}
 	svc := NewService(ServiceOptions{
 		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods),
 		SourcesWanted: wantedSources(kc, client), EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Events: events,

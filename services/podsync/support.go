@@ -10,11 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // apiObjects reads the configMaps and secrets containers' env refers to.
@@ -40,14 +41,18 @@ type recorder struct {
 	log *slog.Logger
 }
 
-func newRecorder(client kubernetes.Interface, nodeName string, log *slog.Logger) *recorder {
+// newRecorder records through the API when rc is set (nil: standalone), limited by the
+// configuration's eventRecordQPS and eventBurst.
+func newRecorder(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, log *slog.Logger) (*recorder, error) {
 	r := &recorder{log: log.With("component", "events")}
-	if client != nil {
-		b := record.NewBroadcaster()
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-		r.rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName})
+	if rc != nil {
+		rec, err := kube.EventRecorder(rc, kc, nodeName)
+		if err != nil {
+			return nil, err
+		}
+		r.rec = rec
 	}
-	return r
+	return r, nil
 }
 
 // Event records an event about pod.

@@ -22,6 +22,7 @@ import (
 	"github.com/unitlet/unitlet/services/status/stats"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -43,6 +44,10 @@ type parts struct {
 // nodeStatus is the node in the API: registration, status, conditions and the lease.
 func (p parts) nodeStatus() (*nodestatus.Controller, error) {
 	kc := p.nc.KubeletConfiguration
+	recorder, err := kube.EventRecorder(p.restConfig, kc, p.nc.Node.GetName())
+	if err != nil {
+		return nil, err
+	}
 	return nodestatus.New(nodestatus.Options{
 		Client:     p.client,
 		RESTConfig: p.restConfig,
@@ -52,7 +57,7 @@ func (p parts) nodeStatus() (*nodestatus.Controller, error) {
 		Runtime:    p.podsync,
 		Services:   checkServices(p.socketDir),
 		Images:     imageLister{rt: p.rt},
-		Recorder:   eventRecorder(p.client, p.nc.Node.GetName()),
+		Recorder:   recorder,
 		Clock:      p.clk,
 		Log:        p.log.With("component", "node"),
 		Registry:   p.reg,
@@ -76,24 +81,27 @@ func (p parts) podStatus() *podstatus.Manager {
 func (p parts) nodeAPI() (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
 	api, err := nodeapi.New(nodeapi.Options{
-		Address:            net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
-		CertFile:           kc.TLSCertFile,
-		KeyFile:            kc.TLSPrivateKeyFile,
-		CertDir:            p.nc.Paths.GetCertDir(),
-		ServerTLSBootstrap: kc.ServerTLSBootstrap,
-		Hostname:           p.nc.Node.GetHostname(),
-		IPs:                p.nc.Node.GetIps(),
-		Authentication:     kc.Authentication,
-		Authorization:      kc.Authorization,
-		Client:             p.client,
-		NodeName:           nodeName,
-		Pods:               p.podsync,
-		Logs:               podlogs.New(p.podsync, p.rt),
-		Stats:              stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
-		Metrics:            promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
-		Configz:            func() ([]byte, error) { return configz(p.nc.Raw), nil },
-		Healthz:            func(context.Context) error { return nil },
-		Log:                p.log.With("component", "node-api"),
+		Address:             net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
+		CertFile:            kc.TLSCertFile,
+		KeyFile:             kc.TLSPrivateKeyFile,
+		CertDir:             p.nc.Paths.GetCertDir(),
+		TLSMinVersion:       kc.TLSMinVersion,
+		TLSCipherSuites:     kc.TLSCipherSuites,
+		TLSCurvePreferences: kc.TLSCurvePreferences,
+		ServerTLSBootstrap:  kc.ServerTLSBootstrap,
+		Hostname:            p.nc.Node.GetHostname(),
+		IPs:                 p.nc.Node.GetIps(),
+		Authentication:      kc.Authentication,
+		Authorization:       kc.Authorization,
+		Client:              p.client,
+		NodeName:            nodeName,
+		Pods:                p.podsync,
+		Logs:                podlogs.New(p.podsync, p.rt),
+		Stats:               stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
+		Metrics:             promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
+		Configz:             func() ([]byte, error) { return configz(p.nc.Raw), nil },
+		Healthz:             func(context.Context) error { return nil },
+		Log:                 p.log.With("component", "node-api"),
 	})
 	if err != nil {
 		return nil, daemon.ConfigError(fmt.Errorf("node API: %w", err))

@@ -13,12 +13,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	cliflag "k8s.io/component-base/cli/flag"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -63,6 +65,13 @@ type Options struct {
 	// serving certificate rotated without a restart); CertFile, KeyFile and CertDir are
 	// then unused.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// TLSMinVersion, TLSCipherSuites and TLSCurvePreferences are the config's fields of
+	// the same names (kubelet names: "VersionTLS13", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+	// curve IDs); unset, TLS 1.2 and Go's defaults. unitlet-config refused versions below
+	// 1.2 and insecure suites.
+	TLSMinVersion       string
+	TLSCipherSuites     []string
+	TLSCurvePreferences []int32
 	// ServerTLSBootstrap (the config's serverTLSBootstrap): serve unitlet-certs's serving
 	// certificate from CertDir (kubelet-server-current.pem), reloaded when it rotates; the
 	// self-signed one until it is first issued. Unused with CertFile and KeyFile.
@@ -122,11 +131,9 @@ func New(o Options) (*Server, error) {
 	}
 	log := o.Log.With("component", "nodeapi")
 
-	tlsConfig := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Ask for a client certificate without requiring or verifying it here: the x509
-		// authenticator verifies it against the (reloadable) client CA bundle.
-		ClientAuth: tls.RequestClientCert,
+	tlsConfig, err := serverTLS(o.TLSMinVersion, o.TLSCipherSuites, o.TLSCurvePreferences)
+	if err != nil {
+		return nil, err
 	}
 	if o.GetCertificate != nil {
 		tlsConfig.GetCertificate = o.GetCertificate
@@ -162,6 +169,37 @@ func New(o Options) (*Server, error) {
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
+}
+
+// serverTLS is the TLS configuration of the config's tlsMinVersion, tlsCipherSuites and
+// tlsCurvePreferences, never below TLS 1.2.
+func serverTLS(minVersion string, suites []string, curves []int32) (*tls.Config, error) {
+	v, err := cliflag.TLSVersion(minVersion)
+	if err != nil {
+		return nil, fmt.Errorf("tlsMinVersion: %w", err)
+	}
+	if v < tls.VersionTLS12 {
+		return nil, fmt.Errorf("tlsMinVersion: %s: unitlet serves TLS 1.2 or later", minVersion)
+	}
+	ids, err := cliflag.TLSCipherSuites(suites)
+	if err != nil {
+		return nil, fmt.Errorf("tlsCipherSuites: %w", err)
+	}
+	if len(ids) > 0 && !slices.Contains(ids, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) && !slices.Contains(ids, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) {
+		return nil, errors.New("tlsCipherSuites: HTTP/2 needs TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 or TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 in the list")
+	}
+	curveIDs, err := cliflag.TLSCurvePreferences(curves)
+	if err != nil {
+		return nil, fmt.Errorf("tlsCurvePreferences: %w", err)
+	}
+	return &tls.Config{
+		MinVersion:       v,
+		CipherSuites:     ids,
+		CurvePreferences: curveIDs,
+		// Ask for a client certificate without requiring or verifying it here: the x509
+		// authenticator verifies it against the (reloadable) client CA bundle.
+		ClientAuth: tls.RequestClientCert,
+	}, nil
 }
 
 // Listen binds the address; Run calls it when it was not called before. Tests listen on

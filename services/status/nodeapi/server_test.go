@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -494,5 +495,50 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// dialTLS dials s with cfg and reports the negotiated version and suite, or the error.
+func dialTLS(t *testing.T, s *Server, cfg *tls.Config) (tls.ConnectionState, error) {
+	t.Helper()
+	cfg.InsecureSkipVerify = true // only the protocol is under test
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", s.Address(), cfg)
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState(), nil
+}
+
+func TestTLSSettingsTakeEffect(t *testing.T) {
+	an, az := openAuth()
+	tls13 := startServer(t, Options{Authentication: an, Authorization: az, TLSMinVersion: "VersionTLS13"})
+	if _, err := dialTLS(t, tls13, &tls.Config{MaxVersion: tls.VersionTLS12}); err == nil {
+		t.Error("tlsMinVersion VersionTLS13: a TLS 1.2 client was served")
+	}
+	if st, err := dialTLS(t, tls13, &tls.Config{}); err != nil || st.Version != tls.VersionTLS13 {
+		t.Errorf("tlsMinVersion VersionTLS13: a TLS 1.3 client: version %#x, %v", st.Version, err)
+	}
+
+	// HTTP/2 needs one of the two AES-128-GCM suites in the list.
+	suites := startServer(t, Options{Authentication: an, Authorization: az, TLSCipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}})
+	if _, err := dialTLS(t, suites, &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384}}); err == nil {
+		t.Error("tlsCipherSuites: a client offering only a suite not in the list was served")
+	}
+	st, err := dialTLS(t, suites, &tls.Config{MaxVersion: tls.VersionTLS12})
+	if err != nil || (st.CipherSuite != tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 && st.CipherSuite != tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) {
+		t.Errorf("tlsCipherSuites: negotiated %s (%v), want one of the list", tls.CipherSuiteName(st.CipherSuite), err)
+	}
+
+	// Unset: TLS 1.2 at least.
+	plain := startServer(t, Options{Authentication: an, Authorization: az})
+	if _, err := dialTLS(t, plain, &tls.Config{MaxVersion: tls.VersionTLS11}); err == nil {
+		t.Error("no tlsMinVersion: a TLS 1.1 client was served")
+	}
+	for _, o := range []Options{{TLSMinVersion: "VersionTLS11"}, {TLSCipherSuites: []string{"TLS_NONE"}}, {TLSCipherSuites: []string{"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}}, {TLSCurvePreferences: []int32{7}}} {
+		o.Authentication, o.Authorization, o.Address, o.NodeName, o.Pods, o.CertDir = an, az, "127.0.0.1:0", testNode, &fakePods{}, t.TempDir()
+		if _, err := New(o); err == nil {
+			t.Errorf("New with %q %q %v: no error", o.TLSMinVersion, o.TLSCipherSuites, o.TLSCurvePreferences)
+		}
 	}
 }
