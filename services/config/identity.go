@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/component-helpers/node/util/sysctl"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
@@ -27,10 +28,13 @@ const (
 type hostEnv struct {
 	hostname    func() (string, error)
 	defaultIPv4 func() (netip.Addr, error)
+	// sysctl reads a kernel tunable by its /proc/sys name ("vm/overcommit_memory").
+	sysctl func(name string) (int, error)
 }
 
 var realHost = hostEnv{
 	hostname: os.Hostname,
+	sysctl:   sysctl.New().GetSysctl,
 	defaultIPv4: func() (netip.Addr, error) {
 		ip, err := utilnet.ChooseHostInterface()
 		if err != nil {

@@ -20,6 +20,7 @@ func fakeHost(hostname string, ip string) hostEnv {
 			}
 			return netip.MustParseAddr(ip), nil
 		},
+		sysctl: func(name string) (int, error) { return kernelDefaults[name], nil },
 	}
 }
 

@@ -195,6 +195,11 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	kernel, err := checkKernelDefaults(s.host.sysctl, res.Config.ProtectKernelDefaults)
+	if err != nil {
+		return nil, nil, err
+	}
+	warnings = append(warnings, kernel...)
 	cfg := &configv1.NodeConfig{
 		KubeletConfiguration: res.JSON,
 		Node:                 node,
