@@ -31,17 +31,18 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /pods", s.getPods)
 
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs)
+	idle := s.opts.StreamingIdleTimeout
 	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, s.getExec)
-		mux.HandleFunc("POST "+p, s.getExec)
+		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getExec))
+		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getExec))
 	}
 	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, s.getAttach)
-		mux.HandleFunc("POST "+p, s.getAttach)
+		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getAttach))
+		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getAttach))
 	}
 	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
-		mux.HandleFunc("GET "+p, s.getPortForward)
-		mux.HandleFunc("POST "+p, s.getPortForward)
+		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getPortForward))
+		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getPortForward))
 	}
 	for _, p := range []string{"/run/{namespace}/{pod}/{container}", "/run/{namespace}/{pod}/{uid}/{container}"} {
 		mux.HandleFunc("POST "+p, s.postRun)

@@ -72,6 +72,9 @@ type Options struct {
 	TLSMinVersion       string
 	TLSCipherSuites     []string
 	TLSCurvePreferences []int32
+	// StreamingIdleTimeout is the config's streamingConnectionIdleTimeout: an exec, attach
+	// or portForward session idle that long either way is closed; 0, never.
+	StreamingIdleTimeout time.Duration
 	// ServerTLSBootstrap (the config's serverTLSBootstrap): serve unitlet-certs's serving
 	// certificate from CertDir (kubelet-server-current.pem), reloaded when it rotates; the
 	// self-signed one until it is first issued. Unused with CertFile and KeyFile.

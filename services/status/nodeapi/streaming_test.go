@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -181,5 +182,54 @@ func TestPortForwardWebsocketPorts(t *testing.T) {
 		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
 			t.Errorf("parsePorts(%q) = %v, %v; want %v (error %v)", tc.values, got, err, tc.want, tc.wantErr)
 		}
+	}
+}
+
+// An exec session through the node API is closed once it carried nothing either way for
+// streamingConnectionIdleTimeout, and not while it carries traffic.
+func TestStreamingSessionsCloseWhenIdle(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	backend := newStreamingBackend(t)
+	pods := &fakePods{pods: []*corev1.Pod{testPod("ns1", "web", "uid-1")}, streamingURL: backend.URL + "/exec/tok3n"}
+	authn, authz := openAuth()
+	s := startServer(t, Options{Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz, Pods: pods, StreamingIdleTimeout: idle})
+
+	conn, err := tls.Dial("tcp", s.Address(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(conn, "POST /exec/ns1/web/app?command=sh&input=1&output=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	// Traffic every fifth of the timeout, for three timeouts: the session stays.
+	start, last := time.Now(), time.Now()
+	for time.Since(start) < 3*idle {
+		if _, err := io.WriteString(conn, "ping"); err != nil {
+			t.Fatalf("after %s of traffic: write: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		echo := make([]byte, 4)
+		if _, err := io.ReadFull(br, echo); err != nil {
+			t.Fatalf("after %s of traffic: the session was closed: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		last = time.Now()
+		time.Sleep(idle / 5)
+	}
+	// Then nothing: the node API closes it, long before the client's own deadline.
+	_ = conn.SetReadDeadline(time.Now().Add(20 * idle))
+	_, err = br.ReadByte()
+	if err == nil {
+		t.Fatal("the idle session carried a byte nobody sent")
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the session stayed open for %s without traffic; streamingConnectionIdleTimeout is %s", 20*idle, idle)
+	}
+	// The server's clock started when it relayed the last echo, just before it arrived.
+	if waited := time.Since(last); waited < idle/2 {
+		t.Errorf("closed %s after the last traffic, well before the timeout of %s", waited.Round(time.Millisecond), idle)
 	}
 }
