@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
 )
 
 func configCmd(ctx context.Context, g globals) error {
@@ -37,16 +38,21 @@ func configCmd(ctx context.Context, g globals) error {
 	// Older unitlet-configs have no bootstrap status; the rest of the output stands without it.
 	boot, bootErr := client.GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
 	c := cfg.GetConfig()
+	// Secrets stay out of terminals and logs even for root, who can read the files.
+	kc, err := nodeconfig.Redact(c.GetKubeletConfiguration())
+	if err != nil {
+		return fmt.Errorf("unitlet-config sent a configuration that is not JSON: %w", err)
+	}
 	if g.output == "json" {
 		var out bytes.Buffer
-		if err := json.Indent(&out, c.GetKubeletConfiguration(), "", "  "); err != nil {
+		if err := json.Indent(&out, kc, "", "  "); err != nil {
 			return fmt.Errorf("unitlet-config sent a configuration that is not JSON: %w", err)
 		}
 		out.WriteByte('\n')
 		_, err := g.stdout.Write(out.Bytes())
 		return err
 	}
-	y, err := yaml.JSONToYAML(c.GetKubeletConfiguration())
+	y, err := yaml.JSONToYAML(kc)
 	if err != nil {
 		return fmt.Errorf("unitlet-config sent a configuration that is not JSON: %w", err)
 	}

@@ -37,7 +37,7 @@ func (f fakeConfig) GetBootstrapStatus(ctx context.Context, r *configv1.GetBoots
 func (fakeConfig) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
 	return &configv1.GetConfigResponse{Config: &configv1.NodeConfig{
 		Generation:           7,
-		KubeletConfiguration: []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":42}`),
+		KubeletConfiguration: []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":42,"staticPodURLHeader":{"Authorization":["Bearer s3cr3t"]}}`),
 		Sources:              []*configv1.Source{{Kind: configv1.SourceKind_SOURCE_KIND_DEFAULTS}, {Kind: configv1.SourceKind_SOURCE_KIND_FILE, Name: "/etc/unitlet/config.yaml", Sha256: "0123456789abcdef0123"}},
 		Node:                 &configv1.NodeIdentity{Name: "node-a", Ips: []string{"192.0.2.1"}, Labels: map[string]string{"kubernetes.io/os": "linux"}},
 		Paths:                &configv1.Paths{RootDir: "/var/lib/unitlet", CertDir: "/var/lib/unitlet/pki"},
@@ -125,10 +125,15 @@ func TestConfig(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d", code)
 	}
-	out, _, _ = ctl("--socket-dir="+dir, "config", "-o", "json")
+	out2, _, _ := ctl("--socket-dir="+dir, "config", "-o", "json")
 	var kc map[string]any
-	if err := json.Unmarshal([]byte(out), &kc); err != nil || kc["maxPods"] != float64(42) {
-		t.Fatalf("config -o json: %v\n%s", err, out)
+	if err := json.Unmarshal([]byte(out2), &kc); err != nil || kc["maxPods"] != float64(42) {
+		t.Fatalf("config -o json: %v\n%s", err, out2)
+	}
+	for _, o := range []string{out, out2} {
+		if strings.Contains(o, "s3cr3t") || !strings.Contains(o, "<redacted>") {
+			t.Errorf("the staticPodURLHeader value is shown, or its redaction is not:\n%s", o)
+		}
 	}
 }
 

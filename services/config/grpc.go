@@ -3,7 +3,13 @@ package config
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/peercred"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -20,8 +26,27 @@ func NewServer(svc *Service, bootstrap *Bootstrapper) *Server {
 }
 
 // GetConfig returns the configuration in effect.
-func (s *Server) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
-	return &configv1.GetConfigResponse{Config: s.svc.Current()}, nil
+func (s *Server) GetConfig(ctx context.Context, _ *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
+	c, err := forCaller(ctx, s.svc.Current())
+	if err != nil {
+		return nil, err
+	}
+	return &configv1.GetConfigResponse{Config: c}, nil
+}
+
+// forCaller is c for root, and a copy with the configuration's secrets redacted for
+// anyone else (the unitlet group's members reading it with unitletctl).
+func forCaller(ctx context.Context, c *configv1.NodeConfig) (*configv1.NodeConfig, error) {
+	if who, ok := peercred.FromContext(ctx); ok && who.UID == 0 {
+		return c, nil
+	}
+	red, err := nodeconfig.Redact(c.GetKubeletConfiguration())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "redact the configuration: %v", err)
+	}
+	out := proto.Clone(c).(*configv1.NodeConfig)
+	out.KubeletConfiguration = red
+	return out, nil
 }
 
 // GetReloadStatus returns the result of the last load.
@@ -39,6 +64,10 @@ func (s *Server) GetBootstrapStatus(context.Context, *configv1.GetBootstrapStatu
 func (s *Server) WatchConfig(req *configv1.WatchConfigRequest, stream configv1.ConfigService_WatchConfigServer) error {
 	sub := s.svc.Subscribe(req.GetAfterGeneration())
 	return watch.Serve(stream.Context(), sub, func(ev watch.Event[*configv1.NodeConfig]) error {
-		return stream.Send(&configv1.WatchConfigResponse{Config: ev.Value})
+		c, err := forCaller(stream.Context(), ev.Value)
+		if err != nil {
+			return err
+		}
+		return stream.Send(&configv1.WatchConfigResponse{Config: c})
 	})
 }

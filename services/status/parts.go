@@ -100,7 +100,7 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Logs:                 podlogs.New(p.podsync, p.rt),
 		Stats:                stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
 		Metrics:              promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
-		Configz:              func() ([]byte, error) { return configz(p.nc.Raw), nil },
+		Configz:              func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
 		Healthz:              func(context.Context) error { return nil },
 		Log:                  p.log.With("component", "node-api"),
 	})

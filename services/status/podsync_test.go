@@ -105,16 +105,6 @@ func TestPodsyncErrorsBecomeAPIErrors(t *testing.T) {
 	}
 }
 
-func TestConfigz(t *testing.T) {
-	var out map[string]map[string]any
-	if err := json.Unmarshal(configz([]byte(`{"kind":"KubeletConfiguration","port":10250}`)), &out); err != nil {
-		t.Fatal(err)
-	}
-	if out["kubeletconfig"]["port"] != float64(10250) {
-		t.Errorf("configz = %v, want the config under kubeletconfig", out)
-	}
-}
-
 type fixedNode struct{}
 
 func (fixedNode) Status() *statusv1.NodeStatus {
@@ -136,11 +126,5 @@ func TestGetNodeStatus(t *testing.T) {
 	st := resp.GetStatus()
 	if err != nil || st.Standalone || !st.Registered || st.PodStatusWrites != 7 || st.PodStatusPending != 2 || st.NodeName != "n" || len(st.Conditions) != 1 {
 		t.Errorf("registered: %v %v", st, err)
-	}
-}
-
-func TestConfigzWrapsTheConfigurationAsTheKubeletDoes(t *testing.T) {
-	if got := string(configz([]byte(`{"maxPods":10}`))); got != `{"kubeletconfig":{"maxPods":10}}` {
-		t.Errorf("configz = %s", got)
 	}
 }
