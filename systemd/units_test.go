@@ -351,6 +351,8 @@ func TestUnitsConventions(t *testing.T) {
 		}
 		wantSet("MemoryMax")
 		wantSet("TasksMax")
+		// The node agent outlives pods when memory runs out, as the kubelet (oomScoreAdj).
+		want("OOMScoreAdjust", "-999")
 		want("RuntimeDirectoryPreserve", "yes")
 
 		if exec, _ := u.value("Service", "ExecStart"); !strings.HasPrefix(exec, binDir+base+" ") && exec != binDir+base {

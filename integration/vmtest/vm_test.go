@@ -215,6 +215,10 @@ func TestUnitLimitsAreInTheirCgroups(t *testing.T) {
 			if got := cgroupFile(t, n.Name, unit, "pids.max"); got != want {
 				t.Errorf("%s: pids.max = %s, want %s (%s: TasksMax=%s)", unit, got, want, file, limits["TasksMax"])
 			}
+			pid := stack.UnitProps(t, n.Name, unit, "MainPID")["MainPID"]
+			if got := strings.TrimSpace(stack.InNode(t, n.Name, "cat", "/proc/"+pid+"/oom_score_adj")); got != "-999" {
+				t.Errorf("%s: oom_score_adj of its main process (pid %s) = %s, want -999 (OOMScoreAdjust=)", unit, pid, got)
+			}
 		})
 	}
 }

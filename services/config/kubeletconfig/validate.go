@@ -260,6 +260,8 @@ func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 	}
 	if p := c.OOMScoreAdj; p != nil && (*p < -1000 || *p > 1000) {
 		add(field.Invalid(path("oomScoreAdj"), *p, "must be between -1000 and 1000"))
+	} else if p != nil && *p != -999 {
+		add(field.Forbidden(path("oomScoreAdj"), fmt.Sprintf("%d is refused: unitlet's services take their OOM score from their units (OOMScoreAdjust=-999); change it there with a drop-in, and leave this field at -999", *p)))
 	}
 	for _, f := range []struct {
 		name string

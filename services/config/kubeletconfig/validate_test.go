@@ -75,6 +75,7 @@ func TestValidateRejects(t *testing.T) {
 		{"port 0", func(c *kc) { c.Port = 0 }, "port"},
 		{"port too big", func(c *kc) { c.Port = 70000 }, "port"},
 		{"readOnlyPort negative", func(c *kc) { c.ReadOnlyPort = -1 }, "readOnlyPort"},
+		{"oomScoreAdj other than the units'", func(c *kc) { c.OOMScoreAdj = ptr.To[int32](-500) }, "oomScoreAdj"},
 		{"readOnlyPort served", func(c *kc) { c.ReadOnlyPort = 10255 }, "readOnlyPort"},
 		{"rotateCertificates false", func(c *kc) { c.RotateCertificates = false }, "rotateCertificates"},
 		{"tlsMinVersion below 1.2", func(c *kc) { c.TLSMinVersion = "VersionTLS11" }, "tlsMinVersion"},
