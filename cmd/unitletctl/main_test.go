@@ -111,6 +111,19 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+func TestStatusSaysConfigIsDegraded(t *testing.T) {
+	dir := serveConfig(t, &configv1.ReloadStatus{Generation: 7, LastError: "/etc/unitlet/config.yaml: field syncFrequency: bad"})
+	out, _, code := ctl("--socket-dir="+dir, "status", "config")
+	if code != 0 || !strings.Contains(out, "degraded: the configuration did not load (/etc/unitlet/config.yaml: field syncFrequency: bad); generation 7 stays in effect") {
+		t.Fatalf("status config with a failed load: exit %d\n%s", code, out)
+	}
+	out, _, _ = ctl("--socket-dir="+dir, "status", "config", "-o", "json")
+	var rows []serviceStatus
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || !rows[0].Degraded {
+		t.Fatalf("status config -o json: %v\n%s", err, out)
+	}
+}
+
 func TestConfig(t *testing.T) {
 	dir := serveConfig(t, &configv1.ReloadStatus{
 		LastError: "/etc/unitlet/config.yaml: field syncFrequency: bad", Trigger: "file-change",

@@ -12,6 +12,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 )
@@ -27,7 +28,10 @@ type serviceStatus struct {
 	PID           int32      `json:"pid,omitempty"`
 	StartTime     *time.Time `json:"startTime,omitempty"`
 	Activated     bool       `json:"socketActivated"`
-	Error         string     `json:"error,omitempty"`
+	// Degraded: serving, but not as configured (unitlet-config's last load failed and
+	// an earlier configuration stays in effect).
+	Degraded bool   `json:"degraded,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 func (s serviceStatus) ok() bool { return s.Health == healthpb.HealthCheckResponse_SERVING.String() }
@@ -137,6 +141,12 @@ func probe(ctx context.Context, g globals, service string) serviceStatus {
 	}
 	if !st.ok() {
 		st.Error = "its health check fails; see its log (journalctl -u unitlet-" + service + ")"
+	} else if service == "config" {
+		// Older unitlet-configs may not answer; the rest of the row stands without it.
+		if r, err := configv1.NewConfigServiceClient(conn).GetReloadStatus(ctx, &configv1.GetReloadStatusRequest{}); err == nil && !r.GetStatus().GetLastReloadSuccessful() && r.GetStatus().GetLastError() != "" {
+			st.Degraded = true
+			st.Error = fmt.Sprintf("degraded: the configuration did not load (%s); generation %d stays in effect", strings.ReplaceAll(r.GetStatus().GetLastError(), "\n", " "), r.GetStatus().GetGeneration())
+		}
 	}
 	return st
 }

@@ -3,6 +3,7 @@ package foundation
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -226,4 +227,44 @@ func TestSecondInstanceExits1(t *testing.T) {
 	}
 	// The first one is unaffected.
 	getConfig(t, dial(t, n.socket()))
+}
+
+// TestRestartWithBrokenFileServesTheLastGood: unitlet-config restarted with a file that
+// no longer loads keeps serving the configuration it last loaded from that file, says
+// why in its reload status, and loads the file once it is fixed.
+func TestRestartWithBrokenFileServesTheLastGood(t *testing.T) {
+	n := newNode(t)
+	first := start(t, binary(t, "unitlet-config"), n.args(), n.env())
+	waitSocket(t, first, n.socket())
+	good := getConfig(t, dial(t, n.socket()))
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := first.exitCode(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	n.write(t, n.config, goodConfig+"syncFrequency: 5 parsecs\n")
+	p := start(t, binary(t, "unitlet-config"), n.args(), n.env())
+	waitSocket(t, p, n.socket())
+	conn := dial(t, n.socket())
+	served := getConfig(t, conn)
+	if served.GetGeneration() != good.GetGeneration() || string(served.GetKubeletConfiguration()) != string(good.GetKubeletConfiguration()) {
+		t.Errorf("with a broken file after a restart: generation %d, want the last good %d and its configuration", served.GetGeneration(), good.GetGeneration())
+	}
+	st := reloadStatus(t, conn)
+	if st.GetLastReloadSuccessful() || st.GetLastErrorField() != "syncFrequency" || !strings.Contains(st.GetLastError(), "config.yaml") {
+		t.Errorf("reload status %v: want the failure, naming the file and syncFrequency", st)
+	}
+	// unitletctl status says it is degraded.
+	out, _ := exec.Command(binary(t, "unitletctl"), "--socket-dir="+n.socketDir, "status", "config").CombinedOutput()
+	if !strings.Contains(string(out), "degraded") || !strings.Contains(string(out), "syncFrequency") {
+		t.Errorf("unitletctl status config:\n%s\nwant it degraded, with the error", out)
+	}
+
+	n.write(t, n.config, goodConfig+"maxOpenFiles: 4096\n")
+	waitFor(t, 30*time.Second, "the fixed file loaded", func() (bool, string) {
+		st := reloadStatus(t, conn)
+		return st.GetLastReloadSuccessful() && getConfig(t, conn).GetGeneration() == good.GetGeneration()+1, st.String()
+	})
 }

@@ -58,8 +58,10 @@ type Service struct {
 	reloads       *prometheus.CounterVec
 }
 
-// NewService loads the configuration for the first time. An error is the user's to fix:
-// the process exits 2 with it.
+// NewService loads the configuration for the first time. When the files do not load but
+// a configuration loaded from the same files before (lastgood.go), that one is served and
+// the failure reported, as after a failed reload. Otherwise the error is the user's to
+// fix: the process exits 2 with it.
 func NewService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	return newService(o, store, reg, log, realHost)
 }
@@ -94,8 +96,20 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 	cfg, warnings, err := s.build()
 	s.status = &configv1.ReloadStatus{Trigger: TriggerStart, LastAttemptTime: timestamppb.New(s.now())}
 	if err != nil {
-		s.reloads.WithLabelValues(TriggerStart, "failure").Inc()
-		return nil, err
+		last, lastErr := loadLastGood(store, o)
+		if lastErr != nil {
+			s.reloads.WithLabelValues(TriggerStart, "failure").Inc()
+			return nil, fmt.Errorf("%w (%v, so there is none to serve instead)", err, lastErr)
+		}
+		// Degraded, not down: the last good configuration, from these same files, stays
+		// in effect; the failure is in the reload status, the metrics and the log, and a
+		// fixed file loads as any reload does.
+		s.current = last
+		s.hub = watch.NewHub(last.Generation, 0, func() *configv1.NodeConfig { return s.current })
+		s.generation.Set(float64(last.Generation))
+		s.status.Generation = last.Generation
+		s.failed(TriggerStart, err)
+		return s, nil
 	}
 	for _, w := range warnings {
 		log.Warn(w)
@@ -115,6 +129,9 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 		}
 	}
 	cfg.Generation = gen
+	if err := saveLastGood(store, o, cfg); err != nil {
+		return nil, err
+	}
 	s.current = cfg
 	s.hub = watch.NewHub(gen, 0, func() *configv1.NodeConfig { return s.current })
 	s.succeeded(TriggerStart)
@@ -154,6 +171,10 @@ func (s *Service) Reload(trigger string) error {
 		s.current = cfg
 		return cfg
 	})
+	if err := saveLastGood(s.store, s.opts, cfg); err != nil {
+		// In effect all the same; a restart with broken files would serve an older one.
+		s.log.Warn("the new configuration is in effect but not recorded as the last good one", "err", err)
+	}
 	s.succeeded(trigger)
 	s.log.Info("configuration reloaded", "trigger", trigger, "generation", cfg.Generation)
 	return nil

@@ -1,0 +1,43 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/unitlet/unitlet/services/config/kubeletconfig"
+)
+
+func TestStartWithBrokenFilesServesTheLastGood(t *testing.T) {
+	f := newFixture(t)
+	good := f.service(t, nil).Current()
+
+	f.write(t, "config.yaml", baseConfig+"syncFrequency: 5 parsecs\n")
+	s, err := newService(f.opts, f.store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), fakeHost("node-1", "10.0.0.1"))
+	if err != nil {
+		t.Fatalf("restart with a broken file and a last good configuration: %v", err)
+	}
+	if c := s.Current(); c.Generation != good.Generation || string(c.KubeletConfiguration) != string(good.KubeletConfiguration) {
+		t.Errorf("served generation %d, want the last good %d", c.Generation, good.Generation)
+	}
+	if st := s.Status(); st.LastReloadSuccessful || st.LastErrorField != "syncFrequency" || st.Generation != good.Generation {
+		t.Errorf("status %v: want the failure named and the last good generation", st)
+	}
+	// Fixed: it loads as a reload does, the next generation.
+	f.write(t, "config.yaml", baseConfig+"maxOpenFiles: 4096\n")
+	if err := s.Reload(TriggerSignal); err != nil || s.Current().Generation != good.Generation+1 || !s.Status().LastReloadSuccessful {
+		t.Errorf("reload after the fix: %v, generation %d", err, s.Current().Generation)
+	}
+
+	// Another --config: the last good one is not this file's; the start fails as before.
+	f.write(t, "other.yaml", baseConfig+"syncFrequency: 5 parsecs\n")
+	other := *f.opts
+	other.ConfigFile = f.dir + "/other.yaml"
+	_, err = newService(&other, f.store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), fakeHost("node-1", "10.0.0.1"))
+	var ke *kubeletconfig.Error
+	if !errors.As(err, &ke) || !strings.Contains(err.Error(), "not these") {
+		t.Errorf("start from another file: %v, want the load error and why the last good cannot stand in", err)
+	}
+}
