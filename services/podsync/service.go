@@ -296,7 +296,7 @@ func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
 	o.Namespace, o.Name, o.Source = p.Namespace, p.Name, source
 	if s.encoded[p.UID] != p {
 		// Sources replace a pod's object when it changes, so the pointer tells.
-		o.Pod, _ = json.Marshal(&corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: p.ObjectMeta, Spec: p.Spec})
+		o.Pod, _ = json.Marshal(&corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: busMeta(p.ObjectMeta), Spec: p.Spec})
 		s.encoded[p.UID] = p
 	}
 	if m := s.mirrors[p.Namespace+"/"+p.Name]; m != nil && source != podsource.SourceAPI {
@@ -434,3 +434,11 @@ func (s *Service) RuntimeChanged(uids []types.UID) {
 
 // podTypeMeta is a Pod's kind and apiVersion, for pods encoded on the bus.
 var podTypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+
+// busMeta is a pod's metadata as it crosses the bus: without managedFields, the API
+// server's field-ownership records, which no service reads and which can outweigh the
+// rest of the pod.
+func busMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	m.ManagedFields = nil
+	return m
+}

@@ -428,6 +428,7 @@ func TestListAndSubscribe(t *testing.T) {
 	// A rejected pod is published synchronously: a deterministic first event.
 	other := newPod("other-node", 1)
 	other.Spec.NodeName = "node2"
+	other.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 	f.s.SetPods("file", []*corev1.Pod{other})
 	// A second one, so that seq-1 is a change and not "nothing seen".
 	other2 := newPod("other-node-2", 2)
@@ -443,6 +444,9 @@ func TestListAndSubscribe(t *testing.T) {
 		var obj corev1.Pod
 		if err := json.Unmarshal(p.Pod, &obj); err != nil || obj.Name != p.Name || obj.Spec.NodeName != "node2" || obj.Kind != "Pod" {
 			t.Errorf("pod %s carries %s (%v), want its metadata and spec as a v1 Pod", p.Name, p.Pod, err)
+		}
+		if len(obj.ManagedFields) != 0 {
+			t.Errorf("pod %s crosses the bus with its managedFields: %s", p.Name, p.Pod)
 		}
 	}
 

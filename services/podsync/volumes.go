@@ -44,7 +44,7 @@ func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][
 	if _, err := os.Stat(v.socket); err != nil {
 		return nil, fmt.Errorf("unitlet-volumes is not running (no socket at %s): start it with `systemctl start unitlet-volumes.socket`", v.socket)
 	}
-	b, err := json.Marshal(pod)
+	b, err := json.Marshal(&corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: busMeta(pod.ObjectMeta), Spec: pod.Spec, Status: pod.Status})
 	if err != nil {
 		return nil, err
 	}
