@@ -268,3 +268,23 @@ func TestRestartWithBrokenFileServesTheLastGood(t *testing.T) {
 		return st.GetLastReloadSuccessful() && getConfig(t, conn).GetGeneration() == good.GetGeneration()+1, st.String()
 	})
 }
+
+// TestMissingKubeconfigIsNotStandalone: a --kubeconfig that is set but missing, with no
+// bootstrap kubeconfig to write it, is an error (exit 1: systemd tries again, the file may
+// yet come), never a quieter standalone node.
+func TestMissingKubeconfigIsNotStandalone(t *testing.T) {
+	n := newNode(t)
+	missing := filepath.Join(n.dir, "kubeconfig")
+	p := start(t, binary(t, "unitlet-config"), n.args("--kubeconfig="+missing), n.env())
+	if code := p.exitCode(t, 20*time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, p.log())
+	}
+	if out := p.log(); !strings.Contains(out, "--kubeconfig "+missing) || !strings.Contains(out, "--bootstrap-kubeconfig") {
+		t.Errorf("the error does not name the file and what to do:\n%s", out)
+	}
+	// With a bootstrap kubeconfig, the missing file is TLS bootstrap's to write: it starts.
+	boot := filepath.Join(n.dir, "bootstrap.kubeconfig")
+	n.write(t, boot, "apiVersion: v1\nkind: Config\n")
+	q := start(t, binary(t, "unitlet-config"), n.args("--kubeconfig="+missing, "--bootstrap-kubeconfig="+boot), n.env())
+	waitSocket(t, q, n.socket())
+}

@@ -65,10 +65,10 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				args := []string{
 					"--config=" + filepath.Join(dir, "config.yaml"), "--config-dir=" + filepath.Join(dir, "config.d"),
 					"--root-dir=" + h.nodeRootDir(n.Name), "--hostname-override=" + n.Name,
-					"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 				}
 				if !h.stack.Standalone {
-					args = append(args, "--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
+					// A standalone node is one without --kubeconfig.
+					args = append(args, "--kubeconfig="+filepath.Join(dir, "kubeconfig"), "--bootstrap-kubeconfig="+h.BootstrapKubeconfig())
 				}
 				if n.Bootstrap {
 					// A node that bootstraps starts without a kubeconfig, each time the

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -167,10 +168,10 @@ func (b *Bootstrapper) attempt(ctx context.Context, reason error) (err error) {
 	}()
 
 	// Read the bootstrap kubeconfig afresh each time: an admin may have fixed it.
-	rc, err := kube.RESTConfig(bootstrap, bootstrapComponent, nil)
-	if errors.Is(err, kube.ErrStandalone) {
+	if _, err := os.Stat(bootstrap); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("the bootstrap kubeconfig %s does not exist: put the bootstrap credentials there, or fix --bootstrap-kubeconfig", bootstrap)
 	}
+	rc, err := kube.RESTConfig(bootstrap, bootstrapComponent, nil)
 	if err != nil {
 		return fmt.Errorf("read the bootstrap kubeconfig: %w: fix the file", err)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -124,6 +125,19 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 	}
 	if o.BootstrapKubeconfig != "" && o.Kubeconfig == "" {
 		return fmt.Errorf("--bootstrap-kubeconfig needs --kubeconfig: the file TLS bootstrap writes the node's credentials to")
+	}
+	return nil
+}
+
+// checkKubeconfig fails closed on credentials: a --kubeconfig that is set must exist
+// unless TLS bootstrap is to write it (--bootstrap-kubeconfig), as the kubelet requires. A
+// standalone node is one with no --kubeconfig at all, never one whose file is missing.
+func (o *Options) checkKubeconfig() error {
+	if o.Kubeconfig == "" || o.BootstrapKubeconfig != "" {
+		return nil
+	}
+	if _, err := os.Stat(o.Kubeconfig); err != nil {
+		return fmt.Errorf("--kubeconfig %s: %w: put the node's credentials there, set --bootstrap-kubeconfig to have TLS bootstrap write them, or leave --kubeconfig unset for a standalone node", o.Kubeconfig, err)
 	}
 	return nil
 }

@@ -47,6 +47,10 @@ func Command() daemon.Command[Config] {
 
 // Run runs unitlet-config until ctx ends or it fails.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	// Exit 1, not 2: systemd starts it again, and the file may yet be put in place.
+	if err := cfg.checkKubeconfig(); err != nil {
+		return err
+	}
 	lock, err := Lock(cfg.RootDir)
 	if err != nil {
 		return err

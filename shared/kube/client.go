@@ -21,14 +21,14 @@ import (
 var ErrStandalone = errors.New("no kubeconfig: standalone node")
 
 // RESTConfig reads kubeconfig and sets the user agent (<component>/<version>) and the
-// kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst). A kubeconfig that is
-// unset or absent gives ErrStandalone.
+// kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst). An unset kubeconfig
+// gives ErrStandalone; one that is set but missing is an error, never a standalone node.
 func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (*rest.Config, error) {
 	if kubeconfig == "" {
 		return nil, ErrStandalone
 	}
 	if _, err := os.Stat(kubeconfig); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w (%s does not exist)", ErrStandalone, kubeconfig)
+		return nil, fmt.Errorf("kubeconfig %s does not exist: a node with a --kubeconfig is never standalone; put the credentials there or have TLS bootstrap write them (--bootstrap-kubeconfig)", kubeconfig)
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
