@@ -148,6 +148,28 @@ func verb(method string) string {
 	return ""
 }
 
+// executes reports whether path runs code in a container or opens a way into one
+// (exec, attach, portForward, run).
+func executes(path string) bool {
+	for _, root := range []string{"/exec", "/attach", "/portForward", "/run"} {
+		if underPath(path, root) {
+			return true
+		}
+	}
+	return false
+}
+
+// requestVerb is the verb a request is authorized as. Stricter than the kubelet: exec,
+// attach, portForward and run are "create" whatever the method, since a WebSocket upgrade
+// is a GET, and "get nodes/proxy", which monitoring roles hold, must not mean running
+// code in every pod of the node.
+func requestVerb(r *http.Request) string {
+	if executes(r.URL.Path) {
+		return "create"
+	}
+	return verb(r.Method)
+}
+
 // attributes are what a request by u is authorized as: one record per subresource.
 func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesRecord {
 	subs := subresources(r.URL.Path)
@@ -155,7 +177,7 @@ func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesR
 	for _, sub := range subs {
 		attrs = append(attrs, authorizer.AttributesRecord{
 			User:            u,
-			Verb:            verb(r.Method),
+			Verb:            requestVerb(r),
 			APIGroup:        "",
 			APIVersion:      "v1",
 			Resource:        "nodes",
@@ -195,8 +217,8 @@ func (a *auth) filter(log *slog.Logger, next http.Handler) http.Handler {
 				return
 			}
 		}
-		log.Debug("forbidden", "user", resp.User.GetName(), "verb", verb(r.Method), "subresources", subs, "path", r.URL.Path)
-		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", resp.User.GetName(), verb(r.Method), subs), http.StatusForbidden)
+		log.Debug("forbidden", "user", resp.User.GetName(), "verb", requestVerb(r), "subresources", subs, "path", r.URL.Path)
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", resp.User.GetName(), requestVerb(r), subs), http.StatusForbidden)
 	})
 }
 

@@ -353,6 +353,10 @@ func TestWebhookAuthorizationAsksForTheKubeletsSubresources(t *testing.T) {
 		{http.MethodGet, "/spec/", http.StatusForbidden, []string{"spec"}, "get"},
 		{http.MethodPost, "/checkpoint/default/web/app", http.StatusForbidden, []string{"checkpoint"}, "create"},
 		{http.MethodPost, "/exec/default/nope/app?command=ls&output=1", http.StatusNotFound, []string{"proxy"}, "create"},
+		// A WebSocket exec, attach or port-forward is a GET; it runs code all the same.
+		{http.MethodGet, "/exec/default/nope/app?command=ls&output=1", http.StatusNotFound, []string{"proxy"}, "create"},
+		{http.MethodGet, "/attach/default/nope/app?output=1", http.StatusNotFound, []string{"proxy"}, "create"},
+		{http.MethodGet, "/portForward/default/nope", http.StatusNotFound, []string{"proxy"}, "create"},
 		{http.MethodDelete, "/pods", http.StatusMethodNotAllowed, []string{"pods", "proxy"}, "delete"},
 	} {
 		code, body := do(t, c, tc.method, base+tc.path, "good")
