@@ -22,7 +22,12 @@ const ServiceName = "status"
 
 // Config is unitlet-status's configuration: the process settings, from UNITLET_*
 // variables. The node's configuration comes from unitlet-config over the bus.
-type Config struct{ daemon.Settings }
+type Config struct {
+	daemon.Settings
+	// NodeAPIUsers are the x509 user names (certificate common names) a standalone node's
+	// API serves; with an API server, SubjectAccessReview decides instead.
+	NodeAPIUsers []string `env:"NODE_API_USERS" envSeparator:","`
+}
 
 // Command is unitlet-status's main.
 func Command() daemon.Command[Config] {
@@ -63,6 +68,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
+		nodeAPIUsers: cfg.NodeAPIUsers,
 	}
 	var node NodeReporter
 	var pods PodWrites

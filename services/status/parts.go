@@ -36,9 +36,11 @@ type parts struct {
 	rt         *cri.Client
 	podsync    podsyncClient
 	socketDir  string
-	clk        clock.WithTicker
-	reg        *prometheus.Registry
-	log        *slog.Logger
+	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
+	nodeAPIUsers []string
+	clk          clock.WithTicker
+	reg          *prometheus.Registry
+	log          *slog.Logger
 }
 
 // nodeStatus is the node in the API: registration, status, conditions and the lease.
@@ -95,6 +97,7 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Authentication:       kc.Authentication,
 		Authorization:        kc.Authorization,
 		Client:               p.client,
+		StandaloneUsers:      p.nodeAPIUsers,
 		NodeName:             nodeName,
 		Pods:                 p.podsync,
 		Logs:                 podlogs.New(p.podsync, p.rt),

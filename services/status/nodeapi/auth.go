@@ -34,12 +34,12 @@ type auth struct {
 // client, x509 (clientCAFile), webhook TokenReview and anonymous authenticate as configured,
 // and AlwaysAllow or webhook SubjectAccessReview authorize.
 //
-// Without a client (standalone) nothing can be asked of the API, so: x509 authenticates
-// when a client CA is configured and an x509-authenticated caller may use every endpoint
-// (the operator's CA is the only authority there is); any other caller is anonymous and may
-// only GET /healthz and /pods, unless the configuration itself enables anonymous access
-// with authorization mode AlwaysAllow, which opens everything as it would on the kubelet.
-func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1beta1.KubeletAuthentication, authz kubeletconfigv1beta1.KubeletAuthorization) (*auth, error) {
+// Without a client (standalone) nothing can be asked of the API, and unitlet is stricter
+// than the kubelet: anonymous callers are refused (401) unless authentication.anonymous
+// is enabled explicitly, and then may GET /healthz and /pods only (everything with
+// authorization mode AlwaysAllow, as on the kubelet); an x509 caller is allowed only when
+// its user name is one of standaloneUsers, never for being signed by the CA alone.
+func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1beta1.KubeletAuthentication, authz kubeletconfigv1beta1.KubeletAuthorization, standaloneUsers []string) (*auth, error) {
 	a := &auth{nodeName: nodeName}
 	anonymous := authn.Anonymous.Enabled != nil && *authn.Anonymous.Enabled
 	webhookAuthn := authn.Webhook.Enabled == nil || *authn.Webhook.Enabled
@@ -49,7 +49,7 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 	}
 
 	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous: &apiserver.AnonymousAuthConfig{Enabled: anonymous || client == nil},
+		Anonymous: &apiserver.AnonymousAuthConfig{Enabled: anonymous},
 		CacheTTL:  authn.Webhook.CacheTTL.Duration,
 	}
 	if authn.X509.ClientCAFile != "" {
@@ -64,15 +64,21 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 		cfg.TokenAccessReviewClient = client.AuthenticationV1()
 		cfg.WebhookRetryBackoff = genericoptions.DefaultAuthWebhookRetryBackoff()
 	}
-	req, _, err := cfg.New()
-	if err != nil {
-		return nil, fmt.Errorf("build authenticator: %w", err)
+	if !anonymous && cfg.ClientCertificateCAContentProvider == nil && cfg.TokenAccessReviewClient == nil {
+		// Nothing can authenticate (a standalone node without a client CA or anonymous
+		// access): every request is refused with 401.
+		a.authn = authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) { return nil, false, nil })
+	} else {
+		req, _, err := cfg.New()
+		if err != nil {
+			return nil, fmt.Errorf("build authenticator: %w", err)
+		}
+		a.authn = req
 	}
-	a.authn = req
 
 	switch {
 	case client == nil:
-		a.authz = standaloneAuthorizer{openToAnonymous: anonymous && mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow}
+		a.authz = standaloneAuthorizer{openToAnonymous: anonymous && mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow, users: standaloneUsers}
 	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow:
 		a.authz = authorizerfactory.NewAlwaysAllowAuthorizer()
 	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeWebhook:
@@ -226,6 +232,7 @@ func (a *auth) filter(log *slog.Logger, next http.Handler) http.Handler {
 // read /healthz and /pods; authenticated (x509) callers may do anything.
 type standaloneAuthorizer struct {
 	openToAnonymous bool
+	users           []string // x509 user names allowed everything
 }
 
 func (z standaloneAuthorizer) Authorize(_ context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -233,7 +240,13 @@ func (z standaloneAuthorizer) Authorize(_ context.Context, attr authorizer.Attri
 	if u == nil {
 		return authorizer.DecisionDeny, "no user", errors.New("request has no user")
 	}
-	if z.openToAnonymous || !slices.Contains(u.GetGroups(), user.AllUnauthenticated) {
+	if !slices.Contains(u.GetGroups(), user.AllUnauthenticated) {
+		if slices.Contains(z.users, u.GetName()) {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return authorizer.DecisionDeny, "standalone: " + u.GetName() + " is not among the node API's users (UNITLET_NODE_API_USERS)", nil
+	}
+	if z.openToAnonymous {
 		return authorizer.DecisionAllow, "", nil
 	}
 	if attr.GetVerb() == "get" && (attr.GetPath() == "/healthz" || attr.GetPath() == "/pods") {

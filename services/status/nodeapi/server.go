@@ -88,8 +88,11 @@ type Options struct {
 	// Client makes TokenReviews and SubjectAccessReviews. Nil means standalone: x509
 	// callers (when a client CA is configured) may use every endpoint, anyone else only
 	// GET /healthz and /pods.
-	Client   kubernetes.Interface
-	NodeName string
+	Client kubernetes.Interface
+	// StandaloneUsers are the x509 user names (certificate common names) allowed the
+	// whole node API when standalone; no other caller with a certificate of the CA is.
+	StandaloneUsers []string
+	NodeName        string
 
 	Pods  Pods
 	Logs  Logs  // nil: /containerLogs answers 404
@@ -153,13 +156,13 @@ func New(o Options) (*Server, error) {
 		}
 	}
 
-	a, err := newAuth(o.Client, o.NodeName, o.Authentication, o.Authorization)
+	a, err := newAuth(o.Client, o.NodeName, o.Authentication, o.Authorization, o.StandaloneUsers)
 	if err != nil {
 		return nil, err
 	}
 	if o.Client == nil {
-		log.Info("standalone: no API client; anonymous callers may only GET /healthz and /pods, x509 callers anything",
-			"clientCAFile", o.Authentication.X509.ClientCAFile)
+		log.Info("standalone: no API client; anonymous callers are refused unless authentication.anonymous.enabled (then GET /healthz and /pods only), x509 callers are allowed only as the users UNITLET_NODE_API_USERS names",
+			"clientCAFile", o.Authentication.X509.ClientCAFile, "users", o.StandaloneUsers)
 	}
 	s := &Server{opts: o, log: log, auth: a}
 	s.srv = &http.Server{

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 )
@@ -442,11 +443,20 @@ func TestAnonymousWhenEnabled(t *testing.T) {
 
 func TestStandalone(t *testing.T) {
 	stats := fakeStats{}
-	t.Run("anonymous", func(t *testing.T) {
-		s := startServer(t, Options{
-			Pods:  &fakePods{pods: []*corev1.Pod{testPod("kube-system", "static-web", "uid-s")}},
-			Stats: stats,
-		})
+	pods := &fakePods{pods: []*corev1.Pod{testPod("kube-system", "static-web", "uid-s")}}
+	t.Run("anonymous refused unless enabled", func(t *testing.T) {
+		s := startServer(t, Options{Pods: pods, Stats: stats})
+		c, base := client(t), "https://"+s.Address()
+		for _, path := range []string{"/healthz", "/pods", "/stats/summary"} {
+			if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusUnauthorized {
+				t.Errorf("anonymous GET %s on a standalone node without anonymous enabled: %d, want 401", path, code)
+			}
+		}
+	})
+	t.Run("anonymous enabled", func(t *testing.T) {
+		var authn kubeletconfigv1beta1.KubeletAuthentication
+		authn.Anonymous.Enabled = ptr.To(true)
+		s := startServer(t, Options{Authentication: authn, Pods: pods, Stats: stats})
 		c, base := client(t), "https://"+s.Address()
 		if code, body := do(t, c, http.MethodGet, base+"/healthz", ""); code != http.StatusOK || body != "ok" {
 			t.Errorf("GET /healthz: %d %q, want 200 ok", code, body)
@@ -461,17 +471,21 @@ func TestStandalone(t *testing.T) {
 			}
 		}
 	})
-	t.Run("x509", func(t *testing.T) {
+	t.Run("x509 only for the named users", func(t *testing.T) {
 		ca := newTestCA(t, "client-ca")
 		var authn kubeletconfigv1beta1.KubeletAuthentication
 		authn.X509.ClientCAFile = ca.file
-		s := startServer(t, Options{Authentication: authn, Stats: stats})
+		s := startServer(t, Options{Authentication: authn, Stats: stats, StandaloneUsers: []string{"operator"}})
 		url := "https://" + s.Address() + "/stats/summary"
 		if code, body := do(t, client(t, ca.clientCert(t, "operator")), http.MethodGet, url, ""); code != http.StatusOK {
-			t.Errorf("GET /stats/summary with a client certificate in standalone mode: %d %q, want 200", code, body)
+			t.Errorf("GET /stats/summary as operator, a named user: %d %q, want 200", code, body)
 		}
-		if code, _ := do(t, client(t), http.MethodGet, url, ""); code != http.StatusForbidden {
-			t.Errorf("anonymous GET /stats/summary in standalone mode: status %d, want 403", code)
+		code, body := do(t, client(t, ca.clientCert(t, "intruder")), http.MethodGet, url, "")
+		if code != http.StatusForbidden || !strings.Contains(body, "intruder") {
+			t.Errorf("GET /stats/summary as intruder, signed by the CA but not named: %d %q, want 403", code, body)
+		}
+		if code, _ := do(t, client(t), http.MethodGet, url, ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET /stats/summary in standalone mode: status %d, want 401", code)
 		}
 	})
 }
