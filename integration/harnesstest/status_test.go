@@ -341,6 +341,22 @@ func nodeAPI(t *testing.T) string {
 	return ""
 }
 
+// adminNodeAPIClient talks to the node API with the cluster admin's client certificate
+// (x509 against the cluster CA), trusting the node's self-signed serving certificate.
+func adminNodeAPIClient(t *testing.T, timeout time.Duration) *http.Client {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", stack.AdminKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.TLSClientConfig.CAFile, rc.TLSClientConfig.CAData, rc.TLSClientConfig.Insecure = "", nil, true
+	tlsCfg, err := rest.TLSConfigFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+}
+
 func getStatus(t *testing.T, client *http.Client, url, bearer string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -381,17 +397,7 @@ func TestStatusNodeAPIAuthenticatesAndAuthorizes(t *testing.T) {
 		t.Errorf("GET /pods as system:serviceaccount:default:nobody: %d %s, want 403", code, body)
 	}
 
-	// The cluster admin's client certificate (x509 against the cluster CA).
-	rc, err := clientcmd.BuildConfigFromFlags("", stack.AdminKubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.TLSClientConfig.CAFile, rc.TLSClientConfig.CAData, rc.TLSClientConfig.Insecure = "", nil, true
-	tlsCfg, err := rest.TLSConfigFor(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminHTTP := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	adminHTTP := adminNodeAPIClient(t, 10*time.Second)
 	code, body := getStatus(t, adminHTTP, base+"/pods", "")
 	var list corev1.PodList
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil {

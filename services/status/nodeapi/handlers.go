@@ -33,19 +33,19 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs)
 	idle := s.opts.StreamingIdleTimeout
 	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getExec))
-		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getExec))
+		mux.HandleFunc("GET "+p, s.limitSessions(withIdleTimeout(idle, s.getExec)))
+		mux.HandleFunc("POST "+p, s.limitSessions(withIdleTimeout(idle, s.getExec)))
 	}
 	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getAttach))
-		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getAttach))
+		mux.HandleFunc("GET "+p, s.limitSessions(withIdleTimeout(idle, s.getAttach)))
+		mux.HandleFunc("POST "+p, s.limitSessions(withIdleTimeout(idle, s.getAttach)))
 	}
 	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
-		mux.HandleFunc("GET "+p, withIdleTimeout(idle, s.getPortForward))
-		mux.HandleFunc("POST "+p, withIdleTimeout(idle, s.getPortForward))
+		mux.HandleFunc("GET "+p, s.limitSessions(withIdleTimeout(idle, s.getPortForward)))
+		mux.HandleFunc("POST "+p, s.limitSessions(withIdleTimeout(idle, s.getPortForward)))
 	}
 	for _, p := range []string{"/run/{namespace}/{pod}/{container}", "/run/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("POST "+p, s.postRun)
+		mux.HandleFunc("POST "+p, s.limitSessions(s.postRun))
 	}
 
 	if s.opts.Stats != nil {

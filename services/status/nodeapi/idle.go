@@ -4,11 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"time"
 )
+
+// limitSessions refuses a streaming session with 429 while maxStreamingSessions are open.
+func (s *Server) limitSessions(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.sessions <- struct{}{}:
+			defer func() { <-s.sessions }()
+			h(w, r)
+		default:
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, fmt.Sprintf("too many streaming sessions open on this node (%d); try again later", cap(s.sessions)), http.StatusTooManyRequests)
+		}
+	}
+}
 
 // withIdleTimeout gives the streaming sessions (exec, attach, portForward) the
 // configuration's streamingConnectionIdleTimeout: a session whose connection carries

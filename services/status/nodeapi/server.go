@@ -72,6 +72,9 @@ type Options struct {
 	TLSMinVersion       string
 	TLSCipherSuites     []string
 	TLSCurvePreferences []int32
+	// MaxStreamingSessions bounds the exec, attach, portForward and run sessions open at
+	// once (0: maxStreamingSessions).
+	MaxStreamingSessions int
 	// StreamingIdleTimeout is the config's streamingConnectionIdleTimeout: an exec, attach
 	// or portForward session idle that long either way is closed; 0, never.
 	StreamingIdleTimeout time.Duration
@@ -113,9 +116,26 @@ type Server struct {
 	auth *auth
 	srv  *http.Server
 
+	// sessions holds a token per open streaming session (maxStreamingSessions).
+	sessions chan struct{}
+
 	mu       sync.Mutex
 	listener net.Listener
 }
+
+// Limits of the node API, so that a slow or greedy client cannot take unitlet-status down
+// (and with it the node's lease).
+const (
+	// maxHeaderBytes bounds a request's header: a bearer token and a client certificate's
+	// worth, not net/http's 1 MiB.
+	maxHeaderBytes = 64 << 10
+	// maxStreamingSessions is the default bound of the exec, attach, portForward and run
+	// sessions open at once; one more is refused with 429.
+	maxStreamingSessions = 128
+	// runTimeout bounds a /run command; runOutputLimit its output.
+	runTimeout     = 2 * time.Minute
+	runOutputLimit = 1 << 20
+)
 
 // shutdownTimeout bounds the graceful shutdown; streaming sessions still open then are cut.
 const shutdownTimeout = 5 * time.Second
@@ -164,13 +184,18 @@ func New(o Options) (*Server, error) {
 		log.Info("standalone: no API client; anonymous callers are refused unless authentication.anonymous.enabled (then GET /healthz and /pods only), x509 callers are allowed only as the users UNITLET_NODE_API_USERS names",
 			"clientCAFile", o.Authentication.X509.ClientCAFile, "users", o.StandaloneUsers)
 	}
-	s := &Server{opts: o, log: log, auth: a}
+	if o.MaxStreamingSessions <= 0 {
+		o.MaxStreamingSessions = maxStreamingSessions
+	}
+	s := &Server{opts: o, log: log, auth: a, sessions: make(chan struct{}, o.MaxStreamingSessions)}
 	s.srv = &http.Server{
-		Handler:           a.filter(log, s.routes()),
-		TLSConfig:         tlsConfig,
+		Handler:   a.filter(log, s.routes()),
+		TLSConfig: tlsConfig,
+		// Also the TLS handshake's bound: a client that stalls is dropped after it.
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// No read or write timeout: logs follow and exec sessions stream for as long as
-		// the client wants.
+		// the client wants (streamingConnectionIdleTimeout ends idle sessions).
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

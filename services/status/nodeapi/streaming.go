@@ -2,6 +2,7 @@ package nodeapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -210,9 +211,18 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("prepare exec: %w", err))
 		return
 	}
-	var out syncBuffer
-	if err := exec.StreamWithContext(r.Context(), remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil {
-		writeError(w, fmt.Errorf("run %v in %s/%s: %w", cmd, r.PathValue("pod"), r.PathValue("container"), err))
+	ctx, cancel := context.WithTimeout(r.Context(), runTimeout)
+	defer cancel()
+	out := syncBuffer{limit: runOutputLimit}
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil {
+		switch {
+		case out.Full():
+			http.Error(w, fmt.Sprintf("run %v in %s/%s: the output exceeds %d bytes; use exec to stream it", cmd, r.PathValue("pod"), r.PathValue("container"), runOutputLimit), http.StatusRequestEntityTooLarge)
+		case ctx.Err() == context.DeadlineExceeded:
+			http.Error(w, fmt.Sprintf("run %v in %s/%s: not done within %s; use exec for long commands", cmd, r.PathValue("pod"), r.PathValue("container"), runTimeout), http.StatusGatewayTimeout)
+		default:
+			writeError(w, fmt.Errorf("run %v in %s/%s: %w", cmd, r.PathValue("pod"), r.PathValue("container"), err))
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -221,16 +231,33 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent stdout and stderr copies.
+// syncBuffer is a bytes.Buffer safe for the concurrent stdout and stderr copies, that
+// refuses to grow past limit bytes (0: no limit).
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	limit int
+	full  bool
 }
+
+// errOutputLimit ends a /run whose output outgrew its buffer.
+var errOutputLimit = errors.New("output limit reached")
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.limit > 0 && b.buf.Len()+len(p) > b.limit {
+		b.full = true
+		return 0, errOutputLimit
+	}
 	return b.buf.Write(p)
+}
+
+// Full reports whether a write was refused for the limit.
+func (b *syncBuffer) Full() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.full
 }
 
 func (b *syncBuffer) Bytes() []byte {

@@ -233,3 +233,79 @@ func TestStreamingSessionsCloseWhenIdle(t *testing.T) {
 		t.Errorf("closed %s after the last traffic, well before the timeout of %s", waited.Round(time.Millisecond), idle)
 	}
 }
+
+// Sessions past the cap are refused with 429 until one ends; a huge header is refused.
+func TestStreamingSessionsAndHeadersAreBounded(t *testing.T) {
+	backend := newStreamingBackend(t)
+	pods := &fakePods{pods: []*corev1.Pod{testPod("ns1", "web", "uid-1")}, streamingURL: backend.URL + "/exec/tok3n"}
+	authn, authz := openAuth()
+	s := startServer(t, Options{Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz, Pods: pods, MaxStreamingSessions: 2})
+
+	open := func() (net.Conn, int) {
+		t.Helper()
+		conn, err := tls.Dial("tcp", s.Address(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		fmt.Fprintf(conn, "POST /exec/ns1/web/app?command=sh&input=1&output=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, resp.StatusCode
+	}
+	first, code1 := open()
+	second, code2 := open()
+	if code1 != http.StatusSwitchingProtocols || code2 != http.StatusSwitchingProtocols {
+		t.Fatalf("two sessions under a cap of two: %d %d, want 101 twice", code1, code2)
+	}
+	third, code3 := open()
+	third.Close()
+	if code3 != http.StatusTooManyRequests {
+		t.Errorf("a third session under a cap of two: %d, want 429", code3)
+	}
+	first.Close()
+	waitUntil(t, 10*time.Second, "a session slot freed by the closed one", func() bool {
+		c, code := open()
+		c.Close()
+		return code == http.StatusSwitchingProtocols
+	})
+	second.Close()
+
+	req, _ := http.NewRequest(http.MethodGet, "https://"+s.Address()+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("x", 2*maxHeaderBytes))
+	resp, err := client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a %d-byte header: %d, want 431", 2*maxHeaderBytes, resp.StatusCode)
+	}
+}
+
+func TestRunOutputIsBounded(t *testing.T) {
+	b := syncBuffer{limit: 10}
+	if _, err := b.Write([]byte("0123456789")); err != nil || b.Full() {
+		t.Fatalf("a write up to the limit: %v, full %t", err, b.Full())
+	}
+	if _, err := b.Write([]byte("x")); err != errOutputLimit || !b.Full() {
+		t.Fatalf("a write past the limit: %v, full %t; want errOutputLimit", err, b.Full())
+	}
+	if string(b.Bytes()) != "0123456789" {
+		t.Errorf("kept %q", b.Bytes())
+	}
+}
+
+// waitUntil polls cond every 50 ms until it holds or within passes.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
