@@ -2,7 +2,9 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"strconv"
@@ -108,6 +110,10 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Log:                  p.log.With("component", "node-api"),
 	})
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// A client CA or serving certificate not there yet: exit 1, systemd tries again.
+			return nil, fmt.Errorf("node API: %w", err)
+		}
 		return nil, daemon.ConfigError(fmt.Errorf("node API: %w", err))
 	}
 	if err := api.Listen(); err != nil {

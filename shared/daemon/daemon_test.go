@@ -233,6 +233,12 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// notYet is an error that may pass by itself.
+type notYet struct{}
+
+func (notYet) Error() string   { return "not there yet" }
+func (notYet) Temporary() bool { return true }
+
 func TestExitCode(t *testing.T) {
 	for err, want := range map[error]int{
 		nil:                          ExitOK,
@@ -240,6 +246,8 @@ func TestExitCode(t *testing.T) {
 		errors.New("boom"):           ExitFailure,
 		ConfigError(errors.New("x")): ExitBadConfig,
 		fmt.Errorf("wrapped: %w", ConfigError(errors.New("x"))): ExitBadConfig,
+		// A file not there yet may come: systemd should try again.
+		ConfigError(fmt.Errorf("start: %w", notYet{})): ExitFailure,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("ExitCode(%v) = %d, want %d", err, got, want)

@@ -19,12 +19,20 @@ func (e configError) Error() string { return e.err.Error() }
 func (e configError) Unwrap() error { return e.err }
 
 // ConfigError marks err as the user's configuration being wrong: the process exits with
-// ExitBadConfig.
+// ExitBadConfig, and systemd does not start it again. An error that may pass by itself —
+// one that wraps an error with a Temporary() bool method returning true, such as a file
+// that is not there yet — stays a plain error: exit 1, and systemd tries again.
 func ConfigError(err error) error {
-	if err == nil || IsConfigError(err) {
+	if err == nil || IsConfigError(err) || temporary(err) {
 		return err
 	}
 	return configError{err}
+}
+
+// temporary reports whether err, or an error it wraps, says it may pass by itself.
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
 }
 
 // IsConfigError reports whether err, or an error it wraps, came from ConfigError.

@@ -20,6 +20,17 @@ import (
 // server (static pods only, no API writes), as the kubelet does without --kubeconfig.
 var ErrStandalone = errors.New("no kubeconfig: standalone node")
 
+// MissingFileError is a kubeconfig that is named but not there (yet). It is temporary: a
+// service that meets it exits 1 and systemd tries again, as the file may be put in place.
+type MissingFileError struct{ Path string }
+
+func (e MissingFileError) Error() string {
+	return fmt.Sprintf("kubeconfig %s does not exist: a node with a --kubeconfig is never standalone; put the credentials there or have TLS bootstrap write them (--bootstrap-kubeconfig)", e.Path)
+}
+
+// Temporary reports that the file may yet appear.
+func (MissingFileError) Temporary() bool { return true }
+
 // RESTConfig reads kubeconfig and sets the user agent (<component>/<version>) and the
 // kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst). An unset kubeconfig
 // gives ErrStandalone; one that is set but missing is an error, never a standalone node.
@@ -28,7 +39,7 @@ func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletCo
 		return nil, ErrStandalone
 	}
 	if _, err := os.Stat(kubeconfig); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("kubeconfig %s does not exist: a node with a --kubeconfig is never standalone; put the credentials there or have TLS bootstrap write them (--bootstrap-kubeconfig)", kubeconfig)
+		return nil, MissingFileError{Path: kubeconfig}
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
