@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"k8s.io/utils/clock"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/liveness"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -68,8 +70,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
-		nodeAPIUsers: cfg.NodeAPIUsers,
+		nodeAPIUsers: cfg.NodeAPIUsers, loops: liveness.New(time.Now),
 	}
+	// Healthy while its loops turn: a stuck one stops the watchdog and systemd restarts it.
+	d.SetHealthCheck(func(context.Context) error { return p.loops.Check() })
 	var node NodeReporter
 	var pods PodWrites
 	if client != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/liveness"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -40,6 +41,7 @@ type parts struct {
 	socketDir  string
 	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
 	nodeAPIUsers []string
+	loops        *liveness.Loops // the loops the health check watches
 	clk          clock.WithTicker
 	reg          *prometheus.Registry
 	log          *slog.Logger
@@ -62,6 +64,7 @@ func (p parts) nodeStatus() (*nodestatus.Controller, error) {
 		Services:   checkServices(p.socketDir),
 		Images:     imageLister{rt: p.rt},
 		Recorder:   recorder,
+		Loops:      p.loops,
 		Clock:      p.clk,
 		Log:        p.log.With("component", "node"),
 		Registry:   p.reg,

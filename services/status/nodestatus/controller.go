@@ -20,6 +20,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
+	"github.com/unitlet/unitlet/shared/liveness"
 )
 
 // RuntimeSource is podsync's runtime health over the bus; an error means podsync is
@@ -66,10 +67,19 @@ type Options struct {
 	// Images may be nil: node.status.images stays empty.
 	Images   ImageSource
 	Recorder record.EventRecorder
+	// Loops, when set, is told when the status and lease loops turn (loopStatus,
+	// loopLease), for the service's health check: a stuck loop stops the watchdog.
+	Loops    *liveness.Loops
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Registry prometheus.Registerer
 }
+
+// The names of the loops in Options.Loops.
+const (
+	loopStatus = "the node status loop"
+	loopLease  = "the lease loop"
+)
 
 // The kubelet's defaults for the settings this package reads.
 const (
@@ -102,6 +112,7 @@ type Controller struct {
 	host               hostFiles
 
 	registerNode    bool
+	loops           *liveness.Loops // nil: no health check
 	updateFrequency time.Duration
 	reportFrequency time.Duration
 	leaseDuration   int32
@@ -195,6 +206,12 @@ func New(o Options) (*Controller, error) {
 		}
 	}
 	c.renewInterval = time.Duration(float64(time.Duration(c.leaseDuration)*time.Second) * renewFraction)
+	if c.loops = o.Loops; c.loops != nil {
+		// Generous: a round may wait on a slow API server; only a loop that stopped
+		// turning fails.
+		c.loops.Watch(loopStatus, max(10*c.updateFrequency, 5*time.Minute))
+		c.loops.Watch(loopLease, max(10*c.renewInterval, 2*time.Minute))
+	}
 
 	var err error
 	c.heartbeat, c.onHeartbeatFailure, err = heartbeatClient(o, c.updateFrequency, c.leaseDuration)

@@ -135,6 +135,12 @@ type leaseWrites struct {
 	c *Controller
 }
 
+func (l leaseWrites) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
+	// Every round of the lease controller starts with a Get.
+	l.c.beat(loopLease)
+	return l.LeaseInterface.Get(ctx, name, opts)
+}
+
 func (l leaseWrites) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
 	out, err := l.LeaseInterface.Create(ctx, lease, opts)
 	l.c.leaseWritten(err)
@@ -155,4 +161,11 @@ func (c *Controller) leaseWritten(err error) {
 	c.mu.Lock()
 	c.lastLeaseRenew = c.clock.Now()
 	c.mu.Unlock()
+}
+
+// beat tells Options.Loops that a loop turns.
+func (c *Controller) beat(name string) {
+	if c.loops != nil {
+		c.loops.Beat(name)
+	}
 }

@@ -297,6 +297,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.recorder.Eventf(c.nodeRef, corev1.EventTypeNormal, "Starting", "Starting kubelet.")
 	}
 	for {
+		c.beat(loopStatus)
 		if c.registerNode && !c.isRegistered() {
 			if !c.register(ctx) {
 				return nil
@@ -332,6 +333,7 @@ const (
 func (c *Controller) register(ctx context.Context) bool {
 	wait := registerFirstWait
 	for {
+		c.beat(loopStatus) // registration is the status loop's first round
 		node, err := c.tryRegister(ctx)
 		c.setRegistered(node, err)
 		if err == nil {
