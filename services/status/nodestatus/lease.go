@@ -136,7 +136,7 @@ type leaseWrites struct {
 }
 
 func (l leaseWrites) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
-	// Every round of the lease controller starts with a Get.
+	// A round starts with a Get while the controller holds no lease.
 	l.c.beat(loopLease)
 	return l.LeaseInterface.Get(ctx, name, opts)
 }
@@ -154,6 +154,8 @@ func (l leaseWrites) Update(ctx context.Context, lease *coordinationv1.Lease, op
 }
 
 func (c *Controller) leaseWritten(err error) {
+	// Rounds after the first update the lease they hold without a Get.
+	c.beat(loopLease)
 	c.metrics.leaseRenewals.WithLabelValues(result(err)).Inc()
 	if err != nil {
 		return

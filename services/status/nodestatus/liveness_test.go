@@ -60,3 +60,33 @@ func TestAStuckStatusLoopFailsTheHealthCheck(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Every lease round beats, the ones that update the lease they hold without a Get too.
+func TestLeaseRoundsBeat(t *testing.T) {
+	var loops *liveness.Loops
+	h := newHarness(t, func(o *Options) {
+		loops = liveness.New(func() time.Time { return o.Clock.Now() })
+		o.Loops = loops
+	})
+	h.c.renewInterval = 20 * time.Millisecond
+	node, err := h.c.tryRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.setRegistered(node, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = h.c.RunLease(ctx) }()
+	waitFor(t, "the lease", func() bool { return h.lease() != nil })
+	for i := range 5 {
+		h.clock.Step(time.Minute) // past the lease loop's bound, unless a round beats
+		renewed := t0.Add(time.Duration(i+1) * time.Minute)
+		waitFor(t, "a renewal", func() bool {
+			l := h.lease()
+			return l != nil && !l.Spec.RenewTime.Time.Before(renewed)
+		})
+		if err := loops.Check(); err != nil && strings.Contains(err.Error(), loopLease) {
+			t.Fatalf("after renewal %d: %v", i+1, err)
+		}
+	}
+}
