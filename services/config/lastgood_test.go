@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -39,5 +40,21 @@ func TestStartWithBrokenFilesServesTheLastGood(t *testing.T) {
 	var ke *kubeletconfig.Error
 	if !errors.As(err, &ke) || !strings.Contains(err.Error(), "not these") {
 		t.Errorf("start from another file: %v, want the load error and why the last good cannot stand in", err)
+	}
+}
+
+func TestAStuckLoadFailsTheHealthCheck(t *testing.T) {
+	s := newFixture(t).service(t, nil)
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("idle: %v", err)
+	}
+	s.mu.Lock() // a load that does not end
+	err := s.Healthy(context.Background())
+	s.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "under way for more than") {
+		t.Fatalf("with a load stuck: %v", err)
+	}
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("after it ended: %v", err)
 	}
 }

@@ -70,6 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
+	d.SetHealthCheck(svc.Healthy)
 	d.Go("file watch", svc.WatchFiles)
 	if cfg.BootstrapKubeconfig != "" {
 		// TLS bootstrap runs beside the bus: the other services read the configuration and

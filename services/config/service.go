@@ -6,6 +6,7 @@
 package config
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -286,4 +287,26 @@ func (s *Service) Status() *configv1.ReloadStatus {
 // Subscribe streams the configuration after generation after.
 func (s *Service) Subscribe(after uint64) *watch.Subscription[*configv1.NodeConfig] {
 	return s.hub.Subscribe(after)
+}
+
+// healthWait is how long the health check waits for a load under way.
+const healthWait = 5 * time.Second
+
+// Healthy fails when a load of the configuration holds the service for longer than
+// healthWait (a read that hangs on a file system, a lock never given back): the watchdog
+// then has systemd restart the service, which serves the last good configuration.
+func (s *Service) Healthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, healthWait)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !s.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("a load of the configuration has been under way for more than %s (stuck?)", healthWait)
+		case <-tick.C:
+		}
+	}
+	s.mu.Unlock()
+	return nil
 }

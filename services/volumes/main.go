@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/liveness"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
@@ -79,7 +81,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	for _, method := range []string{"PrepareVolumes", "ReleaseVolumes"} {
 		d.Authorizer().Allow("/"+volumesv1.VolumesService_ServiceDesc.ServiceName+"/"+method, peercred.Root())
 	}
-	rec := &reconciler{m: m, pods: podsyncv1.NewPodSyncServiceClient(podsyncConn), sandboxes: rt, log: log.With("component", "reconcile")}
+	loops := liveness.New(time.Now)
+	rec := &reconciler{m: m, pods: podsyncv1.NewPodSyncServiceClient(podsyncConn), sandboxes: rt, log: log.With("component", "reconcile"), loops: loops}
+	// Healthy while no set-up hangs and the reconcile loop turns: else the watchdog has
+	// systemd restart it.
+	d.SetHealthCheck(func(context.Context) error { return errors.Join(m.Healthy(), loops.Check()) })
 
 	// Reconcile: volumes of podsync's pods kept current (configMaps, secrets, labels,
 	// tokens), rebuilt after a restart; volumes of pods podsync and the runtime no longer

@@ -73,6 +73,43 @@ type Manager struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podVolumes
+	// busy are the set-ups and teardowns under way, by what they do, with their start.
+	busy map[string]time.Time
+}
+
+// stuckAfter is how long a volume's set-up or teardown may take before the health check
+// calls it stuck: mounts and file systems do not honour contexts, so only the clock tells.
+const stuckAfter = 3 * time.Minute
+
+// during records an operation under way until the returned func is called.
+func (m *Manager) during(what string) func() {
+	m.mu.Lock()
+	m.busy[what] = m.clk.Now()
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		delete(m.busy, what)
+		m.mu.Unlock()
+	}
+}
+
+// Healthy fails while a set-up or teardown has been under way for longer than stuckAfter
+// (a hung mount or NFS-like file system), naming the oldest: the watchdog then has
+// systemd restart the service, which finds the volumes on disk again.
+func (m *Manager) Healthy() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clk.Now()
+	oldest, since := "", now
+	for what, start := range m.busy {
+		if start.Before(since) {
+			oldest, since = what, start
+		}
+	}
+	if oldest != "" && now.Sub(since) > stuckAfter {
+		return fmt.Errorf("%s has been under way for %s (a stuck mount or file system?)", oldest, now.Sub(since).Round(time.Second))
+	}
+	return nil
 }
 
 // podVolumes is one pod's volumes; its fields are guarded by Manager.mu.
@@ -95,7 +132,7 @@ type volume struct {
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
 func NewManager(o ManagerOptions) *Manager {
-	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}}
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
 }
 
 // ManagerOptions are what a Manager is built from.
@@ -149,7 +186,9 @@ func (m *Manager) Prepare(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.Co
 	vols := map[string]*volume{}
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		done := m.during(fmt.Sprintf("setting up volume %s of pod %s/%s", v.Name, pod.Namespace, pod.Name))
 		vol, err := m.setUp(ctx, pod, v)
+		done()
 		if err != nil {
 			return nil, &ErrPrepare{Volume: v.Name, Err: err}
 		}
@@ -299,7 +338,10 @@ func (m *Manager) Release(ctx context.Context, uid types.UID) error {
 		pv.op.Lock()
 		defer pv.op.Unlock()
 	}
-	if err := m.tearDownDir(uid); err != nil {
+	done := m.during("releasing the volumes of pod " + string(uid))
+	err := m.tearDownDir(uid)
+	done()
+	if err != nil {
 		return err
 	}
 	m.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/liveness"
 )
 
 // PodLister is podsync's ListPods.
@@ -33,7 +34,12 @@ type reconciler struct {
 	pods      PodLister
 	sandboxes SandboxLister
 	log       *slog.Logger
+	// loops, when set, is told of each round (loopReconcile).
+	loops *liveness.Loops
 }
+
+// loopReconcile names the reconcile loop in the health check.
+const loopReconcile = "the reconcile loop"
 
 // reconcilePeriod is the configuration's syncFrequency, a minute when unset.
 func reconcilePeriod(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
@@ -45,7 +51,14 @@ func reconcilePeriod(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
 
 // Run reconciles at start and every period.
 func (r *reconciler) Run(ctx context.Context, period time.Duration) error {
+	if r.loops != nil {
+		// A round waits at most 30 s on podsync and the runtime, plus the set-ups it redoes.
+		r.loops.Watch(loopReconcile, max(10*period, 10*time.Minute))
+	}
 	for {
+		if r.loops != nil {
+			r.loops.Beat(loopReconcile)
+		}
 		r.once(ctx)
 		select {
 		case <-ctx.Done():
