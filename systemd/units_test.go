@@ -353,6 +353,10 @@ func TestUnitsConventions(t *testing.T) {
 		wantSet("TasksMax")
 		// The node agent outlives pods when memory runs out, as the kubelet (oomScoreAdj).
 		want("OOMScoreAdjust", "-999")
+		// A panic or the watchdog's SIGABRT would otherwise exit 2, which is not restarted.
+		if !slices.Contains(u.values("Service", "Environment"), "GOTRACEBACK=crash") {
+			t.Errorf("%s: want Environment=GOTRACEBACK=crash: a Go panic or watchdog abort exits 2, which RestartPreventExitStatus=2 would leave dead", name)
+		}
 		want("RuntimeDirectoryPreserve", "yes")
 
 		if exec, _ := u.value("Service", "ExecStart"); !strings.HasPrefix(exec, binDir+base+" ") && exec != binDir+base {

@@ -300,10 +300,11 @@ func (s *Service) Healthy(ctx context.Context) error {
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	start := time.Now()
 	for !s.mu.TryLock() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("a load of the configuration has been under way for more than %s (stuck?)", healthWait)
+			return fmt.Errorf("a load of the configuration has been under way for more than %s (stuck?)", time.Since(start).Round(time.Millisecond))
 		case <-tick.C:
 		}
 	}
