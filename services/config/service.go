@@ -222,6 +222,7 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 		return nil, nil, err
 	}
 	warnings = append(warnings, kernel...)
+	warnings = append(warnings, kubeletconfig.NotApplied(res.Config)...)
 	cfg := &configv1.NodeConfig{
 		KubeletConfiguration: res.JSON,
 		Node:                 node,

@@ -1,0 +1,176 @@
+package kubeletconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	v1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// Field support: every KubeletConfiguration field is applied by a service, refused unless
+// it has unitlet's value (Validate), or not applied yet. The README's field table lists the
+// same (TestFieldSupportIsComplete keeps the two and the type in step).
+
+// appliedBy are the fields a service applies, and which.
+var appliedBy = map[string]string{
+	"staticPodPath":                  "podsync",
+	"podLogsDir":                     "podsync",
+	"syncFrequency":                  "podsync, volumes",
+	"fileCheckFrequency":             "podsync",
+	"httpCheckFrequency":             "podsync",
+	"staticPodURL":                   "podsync",
+	"staticPodURLHeader":             "podsync",
+	"address":                        "status",
+	"port":                           "podsync, status",
+	"tlsCertFile":                    "status",
+	"tlsPrivateKeyFile":              "status",
+	"tlsCipherSuites":                "status",
+	"tlsCurvePreferences":            "status",
+	"tlsMinVersion":                  "status",
+	"serverTLSBootstrap":             "certs, status",
+	"authentication":                 "status",
+	"authorization":                  "status",
+	"eventRecordQPS":                 "podsync, status: their event client",
+	"eventBurst":                     "podsync, status: their event client",
+	"clusterDomain":                  "podsync",
+	"clusterDNS":                     "podsync",
+	"streamingConnectionIdleTimeout": "status",
+	"nodeStatusUpdateFrequency":      "status",
+	"nodeStatusReportFrequency":      "status",
+	"nodeLeaseDurationSeconds":       "status",
+	"imageMinimumGCAge":              "podsync",
+	"imageGCHighThresholdPercent":    "podsync",
+	"imageGCLowThresholdPercent":     "podsync",
+	"cgroupRoot":                     "status: stats",
+	"cgroupDriver":                   "podsync",
+	"maxPods":                        "podsync (admission), status (capacity)",
+	"resolvConf":                     "podsync",
+	"nodeStatusMaxImages":            "status",
+	"kubeAPIQPS":                     "every service's API client",
+	"kubeAPIBurst":                   "every service's API client",
+	"evictionHard":                   "status: node allocatable only (no eviction yet)",
+	"podsPerCore":                    "podsync (admission), status (capacity)",
+	"enableControllerAttachDetach":   "status: the node annotation",
+	"protectKernelDefaults":          "config: the kernel tunables check",
+	"systemReserved":                 "status: node allocatable (not enforced in cgroups yet)",
+	"kubeReserved":                   "status: node allocatable (not enforced in cgroups yet)",
+	"providerID":                     "status: the Node",
+	"seccompDefault":                 "podsync",
+	"registerWithTaints":             "config, status: the Node",
+	"registerNode":                   "status",
+	"containerRuntimeEndpoint":       "podsync, status, volumes",
+	"mergeDefaultEvictionSettings":   "config",
+}
+
+// refusedUnlessDefault are the fields Validate refuses unless they hold unitlet's value.
+var refusedUnlessDefault = []string{"readOnlyPort", "rotateCertificates", "oomScoreAdj"}
+
+// notApplied are the fields no service applies yet: a value other than the kubelet's
+// default is reported at every load (NotApplied), never silently dropped.
+var notApplied = []string{
+	"enableServer",
+	"registryPullQPS",
+	"registryBurst",
+	"imagePullCredentialsVerificationPolicy",
+	"preloadedImagesVerificationAllowlist",
+	"enableDebuggingHandlers",
+	"enableContentionProfiling",
+	"healthzPort",
+	"healthzBindAddress",
+	"imageMaximumGCAge",
+	"volumeStatsAggPeriod",
+	"kubeletCgroups",
+	"systemCgroups",
+	"cgroupsPerQOS",
+	"cpuManagerPolicy",
+	"singleProcessOOMKill",
+	"cpuManagerPolicyOptions",
+	"cpuManagerReconcilePeriod",
+	"memoryManagerPolicy",
+	"topologyManagerPolicy",
+	"topologyManagerScope",
+	"topologyManagerPolicyOptions",
+	"qosReserved",
+	"runtimeRequestTimeout",
+	"hairpinMode",
+	"podCIDR",
+	"podPidsLimit",
+	"runOnce",
+	"cpuCFSQuota",
+	"cpuCFSQuotaPeriod",
+	"maxOpenFiles",
+	"contentType",
+	"serializeImagePulls",
+	"maxParallelImagePulls",
+	"evictionSoft",
+	"evictionSoftGracePeriod",
+	"evictionPressureTransitionPeriod",
+	"evictionMaxPodGracePeriod",
+	"evictionMinimumReclaim",
+	"makeIPTablesUtilChains",
+	"iptablesMasqueradeBit",
+	"iptablesDropBit",
+	"featureGates",
+	"failSwapOn",
+	"memorySwap",
+	"containerLogMaxSize",
+	"containerLogMaxFiles",
+	"containerLogMaxWorkers",
+	"containerLogMonitorInterval",
+	"configMapAndSecretChangeDetectionStrategy",
+	"reservedSystemCPUs",
+	"showHiddenMetricsForVersion",
+	"systemReservedCgroup",
+	"kubeReservedCgroup",
+	"enforceNodeAllocatable",
+	"allowedUnsafeSysctls",
+	"volumePluginDir",
+	"kernelMemcgNotification",
+	"logging",
+	"enableSystemLogHandler",
+	"enableSystemLogQuery",
+	"shutdownGracePeriod",
+	"shutdownGracePeriodCriticalPods",
+	"shutdownGracePeriodByPodPriority",
+	"crashLoopBackOff",
+	"reservedMemory",
+	"enableProfilingHandler",
+	"enableDebugFlagsHandler",
+	"memoryThrottlingFactor",
+	"memoryReservationPolicy",
+	"tracing",
+	"localStorageCapacityIsolation",
+	"imageServiceEndpoint",
+	"failCgroupV1",
+	"userNamespaces",
+}
+
+// NotApplied names the not-applied fields of c that differ from the kubelet's defaults,
+// each as a warning for the log.
+func NotApplied(c *v1beta1.KubeletConfiguration) []string {
+	var def v1beta1.KubeletConfiguration
+	Default(&def)
+	got, want := jsonFields(c), jsonFields(&def)
+	var out []string
+	for _, f := range notApplied {
+		if !reflect.DeepEqual(got[f], want[f]) {
+			out = append(out, fmt.Sprintf("%s is set to %s, but unitlet does not apply it yet: the node behaves as with the kubelet's default (see the README's field table)", f, got[f]))
+		}
+	}
+	return out
+}
+
+// jsonFields is c as JSON, by field.
+func jsonFields(c *v1beta1.KubeletConfiguration) map[string]json.RawMessage {
+	b, _ := json.Marshal(c)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	for k, v := range m {
+		var x any
+		_ = json.Unmarshal(v, &x)
+		norm, _ := json.Marshal(x)
+		m[k] = norm
+	}
+	return m
+}
