@@ -54,15 +54,39 @@ func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][
 	if err != nil {
 		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
 	}
+	return fromProto(resp.GetContainers()), nil
+}
+
+// PrepareContainer asks unitlet-volumes for one container's mounts just before it starts,
+// its subPaths resolved and bind-mounted again.
+func (v *busVolumes) PrepareContainer(ctx context.Context, pod *corev1.Pod, container string) ([]criconfig.Mount, error) {
+	if _, err := os.Stat(v.socket); err != nil {
+		return nil, fmt.Errorf("unitlet-volumes is not running (no socket at %s): start it with `systemctl start unitlet-volumes.socket`", v.socket)
+	}
+	b, err := json.Marshal(&corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: busMeta(pod.ObjectMeta), Spec: pod.Spec, Status: pod.Status})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	resp, err := v.client.PrepareVolumes(ctx, &volumesv1.PrepareVolumesRequest{Pod: b, Container: container})
+	if err != nil {
+		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
+	}
+	// An older unitlet-volumes answers for every container.
+	return fromProto(resp.GetContainers())[container], nil
+}
+
+func fromProto(cms []*volumesv1.ContainerMounts) map[string][]criconfig.Mount {
 	out := map[string][]criconfig.Mount{}
-	for _, cm := range resp.GetContainers() {
+	for _, cm := range cms {
 		for _, m := range cm.GetMounts() {
 			out[cm.GetContainer()] = append(out[cm.GetContainer()], criconfig.Mount{
 				ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadOnly(), Propagation: criPropagation(m.GetPropagation()),
 			})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Release asks unitlet-volumes to tear down a terminated pod's volumes. Without its

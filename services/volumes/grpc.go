@@ -25,7 +25,8 @@ type Server struct {
 // NewServer serves m over the bus.
 func NewServer(m *Manager, mt *metrics) *Server { return &Server{m: m, metrics: mt} }
 
-// PrepareVolumes makes a pod's volumes ready and returns its containers' mounts.
+// PrepareVolumes makes a pod's volumes ready and returns its containers' mounts, or one
+// container's, its subPaths resolved again, when the request names it.
 func (s *Server) PrepareVolumes(ctx context.Context, req *volumesv1.PrepareVolumesRequest) (*volumesv1.PrepareVolumesResponse, error) {
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(req.GetPod(), pod); err != nil {
@@ -34,8 +35,17 @@ func (s *Server) PrepareVolumes(ctx context.Context, req *volumesv1.PrepareVolum
 	if pod.UID == "" {
 		return nil, status.Error(codes.InvalidArgument, "pod: metadata.uid is required")
 	}
+	prepare := s.m.Prepare
+	if c := req.GetContainer(); c != "" {
+		if !hasContainer(pod, c) {
+			return nil, status.Errorf(codes.InvalidArgument, "container: pod %s/%s has no container %q", pod.Namespace, pod.Name, c)
+		}
+		prepare = func(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.ContainerMounts, error) {
+			return s.m.PrepareContainer(ctx, pod, c)
+		}
+	}
 	start := time.Now()
-	mounts, err := s.m.Prepare(ctx, pod)
+	mounts, err := prepare(ctx, pod)
 	s.metrics.prepareDuration.Observe(time.Since(start).Seconds())
 	var pe *ErrPrepare
 	switch {

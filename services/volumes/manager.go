@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -167,8 +168,24 @@ func (m *Manager) podEntry(pod *corev1.Pod) *podVolumes {
 }
 
 // Prepare makes every volume of pod ready and returns its containers' mounts. It is safe to
-// call again: content is rewritten only when it changed.
+// call again: content is rewritten only when it changed, and a subPath already
+// bind-mounted for a container stays as it is.
 func (m *Manager) Prepare(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.ContainerMounts, error) {
+	return m.prepare(ctx, pod, "")
+}
+
+// PrepareContainer is Prepare for one container about to be started: it returns that
+// container's mounts only, with each of its subPaths resolved again, as the kubelet does
+// at every container start. A subPath that now escapes its volume is refused, and the
+// container does not start.
+func (m *Manager) PrepareContainer(ctx context.Context, pod *corev1.Pod, container string) ([]*volumesv1.ContainerMounts, error) {
+	if container == "" {
+		return nil, errors.New("container: required")
+	}
+	return m.prepare(ctx, pod, container)
+}
+
+func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string) ([]*volumesv1.ContainerMounts, error) {
 	if err := validName("pod uid", string(pod.UID)); err != nil {
 		return nil, err
 	}
@@ -203,7 +220,23 @@ func (m *Manager) Prepare(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.Co
 		pv.volumes[name] = v
 	}
 	m.mu.Unlock()
-	return m.mounts(pod, vols)
+	return m.mounts(pod, vols, container)
+}
+
+func hasContainer(pod *corev1.Pod, name string) bool {
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// subPathTarget is where the i-th volumeMount of a container, with a subPath into volume,
+// is bind-mounted: <pods>/<uid>/volume-subpaths/<volume>/<container>/<i>, the kubelet's
+// layout, in the pod's directory that no container mounts.
+func (m *Manager) subPathTarget(uid types.UID, volume, container string, i int) string {
+	return filepath.Join(m.podsDir, string(uid), "volume-subpaths", volume, container, strconv.Itoa(i))
 }
 
 // setUp makes one volume ready.
@@ -273,13 +306,18 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	return &volume{name: v.Name, plugin: plugin, path: dir, memory: memory}, nil
 }
 
-// mounts resolves each container's volumeMounts to host paths.
-func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume) ([]*volumesv1.ContainerMounts, error) {
+// mounts resolves each container's volumeMounts to host paths (only container's, when
+// set): a subPath is bind-mounted through the descriptor of its safe resolution, and the
+// mount point is what the runtime gets.
+func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume, container string) ([]*volumesv1.ContainerMounts, error) {
 	var out []*volumesv1.ContainerMounts
 	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 	for _, c := range containers {
+		if container != "" && c.Name != container {
+			continue
+		}
 		cm := &volumesv1.ContainerMounts{Container: c.Name}
-		for _, vm := range c.VolumeMounts {
+		for i, vm := range c.VolumeMounts {
 			vol := vols[vm.Name]
 			if vol == nil {
 				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s mounts it, but the pod has no such volume", c.Name)}
@@ -289,11 +327,14 @@ func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume) ([]*volumesv1
 				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: subPathExpr is not supported yet; use subPath", c.Name)}
 			}
 			if vm.SubPath != "" {
-				resolved, err := subpath.Resolve(vol.path, vm.SubPath)
+				target := m.subPathTarget(pod.UID, vm.Name, c.Name, i)
+				done := m.during(fmt.Sprintf("mounting subPath %q of volume %s for container %s of pod %s/%s", vm.SubPath, vm.Name, c.Name, pod.Namespace, pod.Name))
+				err := subpath.Bind(vol.path, vm.SubPath, target, container == "")
+				done()
 				if err != nil {
-					return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: %w", c.Name, err)}
+					return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %w", vm.Name, c.Name, err)}
 				}
-				host = resolved
+				host = target
 			}
 			readOnly := vm.ReadOnly
 			switch vol.plugin {
@@ -353,8 +394,12 @@ func (m *Manager) Release(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// tearDownDir removes <pods>/<uid>/volumes, unmounting what is mounted there first.
+// tearDownDir removes <pods>/<uid>/volume-subpaths and <pods>/<uid>/volumes, unmounting
+// what is mounted there first: the subPaths' bind mounts before the volumes they show.
 func (m *Manager) tearDownDir(uid types.UID) error {
+	if err := subpath.UnbindAll(filepath.Join(m.podsDir, string(uid), "volume-subpaths")); err != nil {
+		return fmt.Errorf("release the subPath mounts of pod %s: %w", uid, err)
+	}
 	base := filepath.Join(m.podsDir, string(uid), "volumes")
 	plugins, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
@@ -400,8 +445,11 @@ func (m *Manager) OnDisk() ([]types.UID, error) {
 	}
 	var out []types.UID
 	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(m.podsDir, e.Name(), "volumes")); err == nil {
-			out = append(out, types.UID(e.Name()))
+		for _, d := range []string{"volumes", "volume-subpaths"} {
+			if _, err := os.Stat(filepath.Join(m.podsDir, e.Name(), d)); err == nil {
+				out = append(out, types.UID(e.Name()))
+				break
+			}
 		}
 	}
 	return out, nil

@@ -37,7 +37,18 @@ func (f *fakePayloads) Payload(_ context.Context, _ *corev1.Pod, v *corev1.Volum
 func newTestManager(t *testing.T, p Payloads) (*Manager, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	return NewManager(ManagerOptions{PodsDir: filepath.Join(t.TempDir(), "pods"), Payloads: p, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}), clk
+	m := NewManager(ManagerOptions{PodsDir: filepath.Join(t.TempDir(), "pods"), Payloads: p, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// Release what a test left mounted (subPath bind mounts, tmpfs) before TempDir's
+	// RemoveAll, which would otherwise fail on them or reach through them.
+	t.Cleanup(func() {
+		uids, _ := m.OnDisk()
+		for _, uid := range uids {
+			if err := m.Release(context.Background(), uid); err != nil {
+				t.Errorf("release pod %s at the end of the test: %v", uid, err)
+			}
+		}
+	})
+	return m, clk
 }
 
 func testPod(uid string, vols []corev1.Volume, mounts []corev1.VolumeMount) *corev1.Pod {
@@ -101,11 +112,21 @@ func TestPrepareEmptyDirHostPathAndConfigMap(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(config, "key")); err != nil || string(b) != "v1:config" {
 		t.Errorf("configMap file: %q %v", b, err)
 	}
-	if g := got["/config-key"]; g == nil || !strings.HasPrefix(g.HostPath, config+"/..") || !strings.HasSuffix(g.HostPath, "/key") {
-		t.Errorf("/config-key = %v, want the key's real file inside the volume", g)
+	target := filepath.Join(m.podsDir, "uid-1", "volume-subpaths", "config", "main", "3")
+	if g := got["/config-key"]; g == nil || g.HostPath != target || !g.ReadOnly {
+		t.Errorf("/config-key = %v, want the bind mount %s of the key's file, read-only", g, target)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "v1:config" {
+		t.Errorf("the subPath's bind mount %s shows %q, %v; want the key's content", target, b, err)
 	}
 	if vols := m.List(); len(vols) != 3 {
 		t.Errorf("List = %v, want 3 volumes", vols)
+	}
+	if err := m.Release(context.Background(), "uid-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(m.podsDir, "uid-1", "volume-subpaths")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Release left the subPath mounts' directory: %v", err)
 	}
 }
 

@@ -80,7 +80,17 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return err
 	}
-	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, mounts[c.Name], pe, w.m.o.Objects, w.m.o.CRI)
+	cm := mounts[c.Name]
+	if hasSubPath(c) && w.m.o.Volumes != nil {
+		// As the kubelet, resolve subPaths at every start: the volume's content may have
+		// changed since the pod's volumes were prepared.
+		if cm, err = w.m.o.Volumes.PrepareContainer(ctx, pod, c.Name); err != nil {
+			w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
+			w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+			return fmt.Errorf("container %s: %w", c.Name, err)
+		}
+	}
+	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, cm, pe, w.m.o.Objects, w.m.o.CRI)
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -208,4 +218,14 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	w.m.pulls.DeleteEntry(key)
 	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s", c.Image, w.m.o.Clock.Since(start).Round(time.Millisecond)))
 	return nil
+}
+
+// hasSubPath reports whether one of c's volumeMounts has a subPath.
+func hasSubPath(c *corev1.Container) bool {
+	for _, vm := range c.VolumeMounts {
+		if vm.SubPath != "" || vm.SubPathExpr != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,12 +14,25 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 )
 
-// fakeVolumes fails Prepare while err is set, and records the calls.
+// fakeVolumes fails Prepare while err is set, PrepareContainer while containerErr is, and
+// records the calls.
 type fakeVolumes struct {
-	mu       sync.Mutex
-	err      error
-	prepares int
-	released []string
+	mu           sync.Mutex
+	err          error
+	containerErr error
+	prepares     int
+	perContainer []string
+	released     []string
+}
+
+func (f *fakeVolumes) PrepareContainer(_ context.Context, pod *corev1.Pod, container string) ([]criconfig.Mount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.perContainer = append(f.perContainer, container)
+	if f.containerErr != nil {
+		return nil, f.containerErr
+	}
+	return []criconfig.Mount{{ContainerPath: "/sub", HostPath: "/var/lib/unitlet/pods/" + string(pod.UID) + "/volume-subpaths/data/" + container + "/0"}}, nil
 }
 
 func (f *fakeVolumes) Prepare(_ context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {
@@ -98,5 +112,76 @@ func TestSyncWaitsForVolumesThenMountsThem(t *testing.T) {
 			t.Fatalf("volumes released %d times after termination, want once", n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSubPathIsResolvedAgainAtEveryStart(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	vols := &fakeVolumes{}
+	h := newHarnessWith(t, cri, vols)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app", "plain")
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/sub", SubPath: "sub"}}
+	vols.mu.Lock()
+	vols.containerErr = errors.New(`volume "data": failed to prepare subPath for volumeMount "data" of container "app": subPath "sub" refused: symlink "sub" points to the absolute path "/", outside the volume`)
+	vols.mu.Unlock()
+	h.m.Update(pod, "api")
+
+	h.ev.waitFor(t, "app waiting in CreateContainerConfigError", func(o Observed) bool {
+		w := statusOf(o, "app").State.Waiting
+		return w != nil && w.Reason == "CreateContainerConfigError" && strings.Contains(w.Message, `subPath "sub" refused`)
+	})
+	if !h.ev.hasEvent("Failed") {
+		t.Errorf("no Failed event naming the refused subPath")
+	}
+	for _, c := range cri.callsOf("CreateContainer") {
+		if strings.HasPrefix(c, "app ") {
+			t.Fatalf("app created (%s) while its subPath is refused", c)
+		}
+	}
+
+	vols.mu.Lock()
+	vols.containerErr = nil
+	vols.mu.Unlock()
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") && isRunning(o, "plain") })
+	cri.mu.Lock()
+	var mounted bool
+	for _, c := range cri.containers {
+		for _, m := range c.cfg.Mounts {
+			mounted = mounted || (m.ContainerPath == "/sub" && strings.HasSuffix(m.HostPath, "/volume-subpaths/data/app/0"))
+		}
+	}
+	cri.mu.Unlock()
+	if !mounted {
+		t.Errorf("app was created without its subPath's bind mount")
+	}
+	vols.mu.Lock()
+	per := append([]string(nil), vols.perContainer...)
+	vols.mu.Unlock()
+	for _, c := range per {
+		if c != "app" {
+			t.Errorf("PrepareContainer called for %s, which has no subPath", c)
+		}
+	}
+
+	// A restart resolves the subPath again.
+	n := len(per)
+	cri.exit(t, "app", 1)
+	h.m.Trigger(pod.UID)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vols.mu.Lock()
+		m := len(vols.perContainer)
+		vols.mu.Unlock()
+		if m > n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("app restarted without its subPath resolved again (%d calls before and after)", n)
+		}
+		h.m.Trigger(pod.UID)
+		time.Sleep(50 * time.Millisecond)
 	}
 }

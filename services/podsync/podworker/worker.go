@@ -114,6 +114,9 @@ type Volumes interface {
 	// Prepare makes the pod's volumes ready and returns each container's mounts by
 	// container name. An error means the pod waits; its message is the FailedMount event's.
 	Prepare(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error)
+	// PrepareContainer returns one container's mounts just before it starts, its subPaths
+	// resolved again; an error means the container waits.
+	PrepareContainer(ctx context.Context, pod *corev1.Pod, container string) ([]criconfig.Mount, error)
 	// Release tears down a terminated pod's volumes.
 	Release(ctx context.Context, pod *corev1.Pod) error
 }

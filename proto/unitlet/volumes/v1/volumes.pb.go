@@ -82,7 +82,14 @@ func (MountPropagation) EnumDescriptor() ([]byte, []int) {
 type PrepareVolumesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pod (core/v1 Pod encoded as JSON: metadata and spec).
-	Pod           []byte `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pod []byte `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	// When set, the container about to be started: the response holds its mounts only,
+	// and each of its subPaths is resolved again and bind-mounted afresh (as the kubelet
+	// does at every container start), so a subPath that a container of the pod has since
+	// turned into an escape is refused with FAILED_PRECONDITION and the container waits.
+	// Empty: every container's mounts, a subPath mount already made kept as it is. An
+	// older unitlet-volumes ignores the field and answers for every container.
+	Container     string `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,6 +129,13 @@ func (x *PrepareVolumesRequest) GetPod() []byte {
 		return x.Pod
 	}
 	return nil
+}
+
+func (x *PrepareVolumesRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
 }
 
 type PrepareVolumesResponse struct {
@@ -227,7 +241,9 @@ type Mount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pod's volume it comes from.
 	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
-	// The path on the host, subPath resolved.
+	// The path on the host. For a volumeMount with a subPath it is not the resolved path
+	// inside the volume but a bind mount of it, made through the descriptor of its safe
+	// resolution: <root-dir>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>.
 	HostPath      string           `protobuf:"bytes,2,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
 	ContainerPath string           `protobuf:"bytes,3,opt,name=container_path,json=containerPath,proto3" json:"container_path,omitempty"`
 	ReadOnly      bool             `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
@@ -578,9 +594,10 @@ var File_unitlet_volumes_v1_volumes_proto protoreflect.FileDescriptor
 
 const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"\n" +
-	" unitlet/volumes/v1/volumes.proto\x12\x12unitlet.volumes.v1\x1a\x1fgoogle/protobuf/timestamp.proto\")\n" +
+	" unitlet/volumes/v1/volumes.proto\x12\x12unitlet.volumes.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"G\n" +
 	"\x15PrepareVolumesRequest\x12\x10\n" +
-	"\x03pod\x18\x01 \x01(\fR\x03pod\"]\n" +
+	"\x03pod\x18\x01 \x01(\fR\x03pod\x12\x1c\n" +
+	"\tcontainer\x18\x02 \x01(\tR\tcontainer\"]\n" +
 	"\x16PrepareVolumesResponse\x12C\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2#.unitlet.volumes.v1.ContainerMountsR\n" +
