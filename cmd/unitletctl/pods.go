@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -35,12 +39,12 @@ func podsCmd(ctx context.Context, g globals, now time.Time) error {
 		return err
 	}
 	defer done()
-	resp, err := podsyncv1.NewPodSyncServiceClient(conn).ListPods(ctx, &podsyncv1.ListPodsRequest{})
+	pods, err := listPods(ctx, podsyncv1.NewPodSyncServiceClient(conn))
 	if err != nil {
 		return explain("podsync", path, err)
 	}
-	rows := make([]podRow, 0, len(resp.GetPods()))
-	for _, p := range resp.GetPods() {
+	rows := make([]podRow, 0, len(pods))
+	for _, p := range pods {
 		rows = append(rows, toRow(p, now))
 	}
 	if g.output == "json" {
@@ -62,6 +66,30 @@ func podsCmd(ctx context.Context, g globals, now time.Time) error {
 		return nil
 	}
 	return tw.Flush()
+}
+
+// listPods is every pod podsync has, from ListPodsStream's parts (no message grows with
+// the node's pods), or from ListPods when podsync predates ListPodsStream.
+func listPods(ctx context.Context, c podsyncv1.PodSyncServiceClient) ([]*podsyncv1.Pod, error) {
+	stream, err := c.ListPodsStream(ctx, &podsyncv1.ListPodsStreamRequest{})
+	var pods []*podsyncv1.Pod
+	for err == nil {
+		var part *podsyncv1.ListPodsStreamResponse
+		if part, err = stream.Recv(); err == nil {
+			pods = append(pods, part.GetPods()...)
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return pods, nil
+	case status.Code(err) == codes.Unimplemented:
+		resp, err := c.ListPods(ctx, &podsyncv1.ListPodsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetPods(), nil
+	}
+	return nil, err
 }
 
 // toRow summarises a pod as kubectl get pods does: STATUS is the phase, or the reason a

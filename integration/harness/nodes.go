@@ -202,6 +202,9 @@ failCgroupV1: false
 	if n.ServerTLSBootstrap {
 		cfg += "serverTLSBootstrap: true\n"
 	}
+	if n.MaxPods != 0 {
+		cfg += fmt.Sprintf("maxPods: %d\n", n.MaxPods)
+	}
 	return cfg
 }
 

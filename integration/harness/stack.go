@@ -87,6 +87,8 @@ type Node struct {
 	// node API's serving certificate, and the stack runs an approver for it (the
 	// controller-manager never approves kubelet-serving CSRs).
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
+	// MaxPods sets the node's maxPods; 0 leaves the kubelet's default, 110.
+	MaxPods int `json:"maxPods,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

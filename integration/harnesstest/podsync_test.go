@@ -3,6 +3,7 @@ package harnesstest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,15 +53,23 @@ func podsyncPods(ctx context.Context, t *testing.T) map[string]*podsyncv1.Pod {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := podsyncv1.NewPodSyncServiceClient(conn).ListPods(ctx, &podsyncv1.ListPodsRequest{})
+	stream, err := podsyncv1.NewPodSyncServiceClient(conn).ListPodsStream(ctx, &podsyncv1.ListPodsStreamRequest{})
 	if err != nil {
-		t.Fatalf("ListPods: %v", err)
+		t.Fatalf("ListPodsStream: %v", err)
 	}
 	out := map[string]*podsyncv1.Pod{}
-	for _, p := range resp.GetPods() {
-		out[p.Namespace+"/"+p.Name] = p
+	for {
+		part, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("ListPodsStream: %v", err)
+		}
+		for _, p := range part.GetPods() {
+			out[p.Namespace+"/"+p.Name] = p
+		}
 	}
-	return out
 }
 
 func statusOf(p *podsyncv1.Pod) corev1.PodStatus {

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,17 +28,25 @@ type Streamer interface {
 	StreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (string, error)
 }
 
+// maxPartBytes bounds the encoded pods of one message of ListPodsStream and of one part
+// of a WatchPods snapshot: a quarter of gRPC's default 4 MiB receive limit, so that no
+// message grows with the node's pods. One pod is bounded by the API server's own limits
+// (an object under etcd's 1.5 MiB request limit; annotations at most 256 KiB).
+const maxPartBytes = 1 << 20
+
 // Server is the bus API of unitlet-podsync.
 type Server struct {
 	podsyncv1.UnimplementedPodSyncServiceServer
 	svc      *Service
 	runtime  RuntimeStatus
 	streamer Streamer
+	// partBytes is maxPartBytes but in tests.
+	partBytes int
 }
 
 // NewServer serves svc over the bus.
 func NewServer(svc *Service, rt RuntimeStatus, st Streamer) *Server {
-	return &Server{svc: svc, runtime: rt, streamer: st}
+	return &Server{svc: svc, runtime: rt, streamer: st, partBytes: maxPartBytes}
 }
 
 // GetStreamingURL returns the runtime's URL for one exec, attach or port-forward session.
@@ -66,17 +75,33 @@ func (s *Server) GetStreamingURL(ctx context.Context, req *podsyncv1.GetStreamin
 	return &podsyncv1.GetStreamingURLResponse{Url: url}, nil
 }
 
-// ListPods returns every pod.
+// ListPods returns every pod in one message (callers that predate ListPodsStream).
 func (s *Server) ListPods(context.Context, *podsyncv1.ListPodsRequest) (*podsyncv1.ListPodsResponse, error) {
 	pods, seq := s.svc.List()
 	return &podsyncv1.ListPodsResponse{Pods: pods, Sequence: seq}, nil
+}
+
+// ListPodsStream sends every pod of one view in messages of at most partBytes.
+func (s *Server) ListPodsStream(_ *podsyncv1.ListPodsStreamRequest, stream podsyncv1.PodSyncService_ListPodsStreamServer) error {
+	pods, seq := s.svc.List()
+	for _, part := range split(pods, s.partBytes) {
+		if err := stream.Send(&podsyncv1.ListPodsStreamResponse{Pods: part, Sequence: seq}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WatchPods streams a snapshot unless the caller is current, then every change.
 func (s *Server) WatchPods(req *podsyncv1.WatchPodsRequest, stream podsyncv1.PodSyncService_WatchPodsServer) error {
 	first, sub := s.svc.Subscribe(req.GetAfterSequence())
 	send := func(ev watch.Event[[]*podsyncv1.Pod]) error {
-		return stream.Send(&podsyncv1.WatchPodsResponse{Sequence: ev.Seq, Snapshot: ev.Snapshot, Pods: ev.Value})
+		for _, m := range watchMessages(ev, s.partBytes) {
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if first != nil {
 		if err := send(*first); err != nil {
@@ -85,6 +110,48 @@ func (s *Server) WatchPods(req *podsyncv1.WatchPodsRequest, stream podsyncv1.Pod
 		}
 	}
 	return watch.Serve(stream.Context(), sub, send)
+}
+
+// watchMessages are the messages of one event: a change as it is, a snapshot in parts of
+// at most partBytes. The first part is the snapshot (snapshot set), the later ones are
+// not; all but the last continue (snapshot_continues) and carry sequence 0, the last
+// carries the snapshot's. A subscriber that knows nothing of parts takes the later ones
+// as changes, and resumes from 0 (a new snapshot) if the stream breaks between parts.
+func watchMessages(ev watch.Event[[]*podsyncv1.Pod], partBytes int) []*podsyncv1.WatchPodsResponse {
+	if !ev.Snapshot {
+		return []*podsyncv1.WatchPodsResponse{{Sequence: ev.Seq, Pods: ev.Value}}
+	}
+	parts := split(ev.Value, partBytes)
+	out := make([]*podsyncv1.WatchPodsResponse, len(parts))
+	for i, part := range parts {
+		last := i == len(parts)-1
+		out[i] = &podsyncv1.WatchPodsResponse{Snapshot: i == 0, SnapshotContinues: !last, Pods: part}
+		if last {
+			out[i].Sequence = ev.Seq
+		}
+	}
+	return out
+}
+
+// split cuts pods, in order, into parts whose encoding as a repeated field takes at most
+// maxBytes; a pod larger than that is a part of its own. There is always one part, empty
+// when there are no pods.
+func split(pods []*podsyncv1.Pod, maxBytes int) [][]*podsyncv1.Pod {
+	parts := [][]*podsyncv1.Pod{nil}
+	size := 0
+	for _, p := range pods {
+		// The field's tag (one byte for field numbers below 16), the length, the pod.
+		n := proto.Size(p)
+		n += 1 + protowire.SizeVarint(uint64(n))
+		cur := &parts[len(parts)-1]
+		if len(*cur) > 0 && size+n > maxBytes {
+			parts = append(parts, nil)
+			cur, size = &parts[len(parts)-1], 0
+		}
+		*cur = append(*cur, p)
+		size += n
+	}
+	return parts
 }
 
 // KillPod stops a pod with a reason.

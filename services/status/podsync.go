@@ -3,7 +3,9 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,6 +17,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/status/podlogs"
+	"github.com/unitlet/unitlet/shared/bus"
 )
 
 // healthTimeout bounds a health call to another unitlet service: longer than a restart
@@ -41,11 +44,41 @@ func (p podsyncClient) RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHea
 }
 
 func (p podsyncClient) list(ctx context.Context) ([]*podsyncv1.Pod, error) {
-	resp, err := p.c.ListPods(ctx, &podsyncv1.ListPodsRequest{})
+	pods, err := listPods(ctx, p.c)
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("unitlet-podsync unreachable: %s", grpcstatus.Convert(err).Message()))
 	}
-	return resp.GetPods(), nil
+	return pods, nil
+}
+
+// listPods is every pod podsync has, from ListPodsStream's parts (no message grows with
+// the node's pods), or from ListPods when podsync predates ListPodsStream. Without a
+// deadline in ctx, it waits bus.DefaultTimeout, as a unary call does.
+func listPods(ctx context.Context, c podsyncv1.PodSyncServiceClient) ([]*podsyncv1.Pod, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bus.DefaultTimeout)
+		defer cancel()
+	}
+	stream, err := c.ListPodsStream(ctx, &podsyncv1.ListPodsStreamRequest{})
+	var pods []*podsyncv1.Pod
+	for err == nil {
+		var part *podsyncv1.ListPodsStreamResponse
+		if part, err = stream.Recv(); err == nil {
+			pods = append(pods, part.GetPods()...)
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return pods, nil
+	case grpcstatus.Code(err) == codes.Unimplemented:
+		resp, err := c.ListPods(ctx, &podsyncv1.ListPodsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetPods(), nil
+	}
+	return nil, err
 }
 
 // Pods are the node's pods with their observed status, as the kubelet's /pods lists them.

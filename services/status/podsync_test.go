@@ -3,6 +3,8 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -16,16 +18,73 @@ import (
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
 )
 
-// fakePodsync answers ListPods, GetRuntimeHealth and GetStreamingURL.
+// fakePodsync answers ListPodsStream (with pods in parts of two, or UNIMPLEMENTED as a
+// podsync that predates it unless parts is set), ListPods, GetRuntimeHealth and
+// GetStreamingURL.
 type fakePodsync struct {
 	podsyncv1.PodSyncServiceClient
 	pods      []*podsyncv1.Pod
+	parts     bool
 	err       error
 	streamErr error
+	// listed counts ListPods calls.
+	listed int
 }
 
 func (f *fakePodsync) ListPods(context.Context, *podsyncv1.ListPodsRequest, ...grpc.CallOption) (*podsyncv1.ListPodsResponse, error) {
+	f.listed++
 	return &podsyncv1.ListPodsResponse{Pods: f.pods}, f.err
+}
+
+func (f *fakePodsync) ListPodsStream(context.Context, *podsyncv1.ListPodsStreamRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[podsyncv1.ListPodsStreamResponse], error) {
+	s := &fakeListStream{err: io.EOF}
+	switch {
+	case f.err != nil:
+		s.err = f.err
+	case !f.parts:
+		s.err = grpcstatus.Error(codes.Unimplemented, "unknown method ListPodsStream")
+	default:
+		for i := 0; i < len(f.pods); i += 2 {
+			s.parts = append(s.parts, &podsyncv1.ListPodsStreamResponse{Pods: f.pods[i:min(i+2, len(f.pods))]})
+		}
+	}
+	return s, nil
+}
+
+type fakeListStream struct {
+	grpc.ClientStream
+	parts []*podsyncv1.ListPodsStreamResponse
+	err   error
+}
+
+func (s *fakeListStream) Recv() (*podsyncv1.ListPodsStreamResponse, error) {
+	if len(s.parts) == 0 {
+		return nil, s.err
+	}
+	m := s.parts[0]
+	s.parts = s.parts[1:]
+	return m, nil
+}
+
+// TestPodsFromStreamOrOlderPodsync: the pods come from ListPodsStream's parts, or from
+// ListPods when podsync predates ListPodsStream.
+func TestPodsFromStreamOrOlderPodsync(t *testing.T) {
+	var all []*podsyncv1.Pod
+	for i := range 5 {
+		p := busPod(t)
+		p.Uid, p.Name = fmt.Sprint("u", i), fmt.Sprint("web-", i)
+		all = append(all, p)
+	}
+	for _, parts := range []bool{true, false} {
+		f := &fakePodsync{pods: all, parts: parts}
+		pods, err := podsyncClient{c: f}.Pods(context.Background())
+		if err != nil || len(pods) != 5 {
+			t.Errorf("parts %v: %d pods, %v; want 5", parts, len(pods), err)
+		}
+		if want := map[bool]int{true: 0, false: 1}[parts]; f.listed != want {
+			t.Errorf("parts %v: ListPods called %d times, want %d", parts, f.listed, want)
+		}
+	}
 }
 
 func (f *fakePodsync) GetRuntimeHealth(context.Context, *podsyncv1.GetRuntimeHealthRequest, ...grpc.CallOption) (*podsyncv1.GetRuntimeHealthResponse, error) {

@@ -3,12 +3,15 @@ package volumes
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"time"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,9 +21,36 @@ import (
 	"github.com/unitlet/unitlet/shared/liveness"
 )
 
-// PodLister is podsync's ListPods.
+// PodLister is podsync's ListPodsStream, and ListPods for a podsync that predates it.
 type PodLister interface {
+	ListPodsStream(ctx context.Context, req *podsyncv1.ListPodsStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[podsyncv1.ListPodsStreamResponse], error)
 	ListPods(ctx context.Context, req *podsyncv1.ListPodsRequest, opts ...grpc.CallOption) (*podsyncv1.ListPodsResponse, error)
+}
+
+// listPods is every pod podsync has: all the parts of ListPodsStream (no message grows
+// with the node's pods), or ListPods when podsync predates ListPodsStream. A list is
+// whole or an error: a stream that breaks before its end is an error, never the pods it
+// brought so far, which would make the others look like orphans.
+func listPods(ctx context.Context, l PodLister) ([]*podsyncv1.Pod, error) {
+	stream, err := l.ListPodsStream(ctx, &podsyncv1.ListPodsStreamRequest{})
+	var pods []*podsyncv1.Pod
+	for err == nil {
+		var part *podsyncv1.ListPodsStreamResponse
+		if part, err = stream.Recv(); err == nil {
+			pods = append(pods, part.GetPods()...)
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return pods, nil
+	case grpcstatus.Code(err) == codes.Unimplemented:
+		resp, err := l.ListPods(ctx, &podsyncv1.ListPodsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetPods(), nil
+	}
+	return nil, err
 }
 
 // SandboxLister is the runtime's ListPodSandbox.
@@ -76,9 +106,14 @@ func (r *reconciler) once(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	since := r.m.clk.Now()
-	resp, err := r.pods.ListPods(cctx, &podsyncv1.ListPodsRequest{})
+	pods, err := listPods(cctx, r.pods)
 	if err != nil {
-		r.log.Debug("podsync does not answer; nothing reconciled", "err", grpcstatus.Convert(err).Message())
+		st := grpcstatus.Convert(err)
+		if c := st.Code(); c == codes.Unavailable || c == codes.DeadlineExceeded {
+			r.log.Debug("podsync does not answer; nothing reconciled", "err", st.Message())
+		} else {
+			r.log.Warn("list podsync's pods; nothing reconciled", "code", c, "err", st.Message())
+		}
 		return
 	}
 	known := map[types.UID]bool{}
@@ -91,7 +126,7 @@ func (r *reconciler) once(ctx context.Context) {
 	for _, uid := range uids {
 		onDisk[uid] = true
 	}
-	for _, bp := range resp.GetPods() {
+	for _, bp := range pods {
 		uid := types.UID(bp.GetUid())
 		known[uid] = true
 		if bp.GetTerminated() || bp.GetRemoved() || len(bp.GetPod()) == 0 {

@@ -102,6 +102,10 @@ type Manager struct {
 	pending int
 	writes  uint64
 	changes uint64 // numbers entries' versions, unique across forgotten and new entries
+	// parts gathers a snapshot that podsync sends in parts until its last part; gathering
+	// is true meanwhile.
+	parts     []*podsyncv1.Pod
+	gathering bool
 }
 
 // entry is one pod as podsync last reported it, and what this manager knows of its API
@@ -233,13 +237,32 @@ func (m *Manager) Run(ctx context.Context) error {
 	return fmt.Errorf("follow podsync's pods: %w", err)
 }
 
-// take applies one message of podsync's watch: a snapshot replaces every pod.
+// take applies one message of podsync's watch: a snapshot, whole or gathered from its
+// parts, replaces every pod; a change updates the pods it carries.
 func (m *Manager) take(r *podsyncv1.WatchPodsResponse) {
 	m.mu.Lock()
+	pods, snapshot := r.GetPods(), r.GetSnapshot()
+	switch {
+	case snapshot && r.GetSnapshotContinues():
+		// The first part; a snapshot left unfinished by a broken stream is dropped.
+		m.parts, m.gathering = append([]*podsyncv1.Pod(nil), pods...), true
+		m.mu.Unlock()
+		return
+	case snapshot:
+		m.parts, m.gathering = nil, false
+	case m.gathering:
+		m.parts = append(m.parts, pods...)
+		if r.GetSnapshotContinues() {
+			m.mu.Unlock()
+			return
+		}
+		pods, snapshot = m.parts, true
+		m.parts, m.gathering = nil, false
+	}
 	var wake []string
-	if r.GetSnapshot() {
-		keep := make(map[string]bool, len(r.GetPods()))
-		for _, p := range r.GetPods() {
+	if snapshot {
+		keep := make(map[string]bool, len(pods))
+		for _, p := range pods {
 			keep[p.GetUid()] = true
 		}
 		for uid := range m.pods {
@@ -248,7 +271,7 @@ func (m *Manager) take(r *podsyncv1.WatchPodsResponse) {
 			}
 		}
 	}
-	for _, p := range r.GetPods() {
+	for _, p := range pods {
 		if m.updateLocked(p) {
 			wake = append(wake, p.GetUid())
 		}

@@ -566,6 +566,66 @@ func TestSnapshotForgetsPodsItLacks(t *testing.T) {
 	}
 }
 
+// TestSnapshotInParts: a snapshot podsync sends in parts replaces the pods only at its
+// last part, and pods in later parts are never forgotten in between (a forgotten pod
+// would be synced again); a stream that breaks between parts reopens from 0 and the
+// unfinished parts are dropped.
+func TestSnapshotInParts(t *testing.T) {
+	f := newFixture(t, nil, 0,
+		apiPod("a", "uid-a", corev1.PodStatus{}), apiPod("b", "uid-b", corev1.PodStatus{}),
+		apiPod("c", "uid-c", corev1.PodStatus{}), apiPod("d", "uid-d", corev1.PodStatus{}))
+	a, b, c, d := psPod("uid-a", "a", SourceAPI, running(true, t0)), psPod("uid-b", "b", SourceAPI, running(true, t0)),
+		psPod("uid-c", "c", SourceAPI, running(true, t0)), psPod("uid-d", "d", SourceAPI, running(true, t0))
+	f.w.send(t, msg(1, true, a, b, c))
+	f.settle(t)
+	written := f.patchCount()
+	uids := func() []string {
+		f.m.mu.Lock()
+		defer f.m.mu.Unlock()
+		var out []string
+		for uid := range f.m.pods {
+			out = append(out, uid)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	part := func(seq uint64, snapshot, continues bool, pods ...*podsyncv1.Pod) *podsyncv1.WatchPodsResponse {
+		return &podsyncv1.WatchPodsResponse{Sequence: seq, Snapshot: snapshot, SnapshotContinues: continues, Pods: pods}
+	}
+	// The first part (a alone) forgets nothing yet; nor does the second (b).
+	f.w.send(t, part(0, true, true, a))
+	f.w.send(t, part(0, false, true, b))
+	if got := fmt.Sprint(uids()); got != "[uid-a uid-b uid-c]" {
+		t.Errorf("pods during a snapshot in parts: %s, want a, b and c still", got)
+	}
+	// The stream breaks: the resumed watch starts from 0 with a new snapshot, whose end
+	// (d, sequence 5) makes a, d the pods; c is forgotten, b not kept from the lost parts.
+	f.w.fail(t, errors.New("connection reset"))
+	f.w.stream(t, 2)
+	f.w.send(t, part(0, true, true, a))
+	f.w.send(t, part(5, false, false, d))
+	f.settle(t)
+	if got := fmt.Sprint(uids()); got != "[uid-a uid-d]" {
+		t.Errorf("pods after the snapshot: %s, want a and d", got)
+	}
+	f.w.mu.Lock()
+	opens := fmt.Sprint(f.w.opens)
+	f.w.mu.Unlock()
+	if opens != "[0 0]" {
+		t.Errorf("watch opened after %s, want [0 0] (a part is not a point to resume from)", opens)
+	}
+	// Only d was new: a's status was written before and did not change.
+	if n := f.patchCount(); n != written+1 {
+		t.Errorf("patches = %d, want %d (d's only)", n, written+1)
+	}
+	// A change after the snapshot is a change.
+	f.w.send(t, msg(6, false, psPod("uid-b", "b", SourceAPI, running(true, t0))))
+	if got := fmt.Sprint(uids()); got != "[uid-a uid-b uid-d]" {
+		t.Errorf("pods after a change: %s", got)
+	}
+}
+
 func TestRetriesFailedWritesAndDropsGonePods(t *testing.T) {
 	f := buildFixture(t, nil, 0, apiPod("a", "uid-a", corev1.PodStatus{}))
 	var mu sync.Mutex

@@ -167,6 +167,97 @@ func (x *ListPodsResponse) GetSequence() uint64 {
 	return 0
 }
 
+type ListPodsStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPodsStreamRequest) Reset() {
+	*x = ListPodsStreamRequest{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPodsStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPodsStreamRequest) ProtoMessage() {}
+
+func (x *ListPodsStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPodsStreamRequest.ProtoReflect.Descriptor instead.
+func (*ListPodsStreamRequest) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{2}
+}
+
+// ListPodsStreamResponse is one part of the list: the parts' pods together are every pod.
+type ListPodsStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pods  []*Pod                 `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty"`
+	// The sequence number of the newest change included, the same in every part: a caller
+	// may follow the list with WatchPods after it.
+	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPodsStreamResponse) Reset() {
+	*x = ListPodsStreamResponse{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPodsStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPodsStreamResponse) ProtoMessage() {}
+
+func (x *ListPodsStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPodsStreamResponse.ProtoReflect.Descriptor instead.
+func (*ListPodsStreamResponse) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListPodsStreamResponse) GetPods() []*Pod {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+func (x *ListPodsStreamResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type WatchPodsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The last sequence number the caller has seen; 0 when it has seen none.
@@ -177,7 +268,7 @@ type WatchPodsRequest struct {
 
 func (x *WatchPodsRequest) Reset() {
 	*x = WatchPodsRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -189,7 +280,7 @@ func (x *WatchPodsRequest) String() string {
 func (*WatchPodsRequest) ProtoMessage() {}
 
 func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -202,7 +293,7 @@ func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPodsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPodsRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{2}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchPodsRequest) GetAfterSequence() uint64 {
@@ -213,19 +304,34 @@ func (x *WatchPodsRequest) GetAfterSequence() uint64 {
 }
 
 type WatchPodsResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Sequence uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	// When true, pods is every pod and replaces what the caller had; otherwise pods are the
-	// ones that changed.
-	Snapshot      bool   `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Pods          []*Pod `protobuf:"bytes,3,rep,name=pods,proto3" json:"pods,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sequence number of the newest change included. The parts of a snapshot but its
+	// last carry 0: a subscriber that resumes from one of them (with after_sequence 0) gets
+	// a whole snapshot again.
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// When true, pods is every pod and replaces what the caller had, or, with
+	// snapshot_continues, the first part of them; otherwise pods are the ones that changed,
+	// or a later part of a snapshot.
+	Snapshot bool   `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Pods     []*Pod `protobuf:"bytes,3,rep,name=pods,proto3" json:"pods,omitempty"`
+	// More parts of the snapshot this message belongs to follow. A snapshot whose pods take
+	// more than about 1 MiB is sent in parts: the first has snapshot set, the later ones do
+	// not; every part but the last has snapshot_continues set, and the last (the end of the
+	// snapshot: the first message without snapshot_continues after one with it) carries
+	// the snapshot's sequence number. A subscriber that knows this field takes the parts
+	// together as one snapshot. One that predates it takes the first part as the snapshot
+	// and the later ones as changes of the pods they carry, which ends in the same state:
+	// pods of later parts are briefly missing from its view, and resuming mid-snapshot from
+	// sequence 0 gives it a whole snapshot again. A podsync that predates the field sends
+	// every snapshot as one message (this field unset).
+	SnapshotContinues bool `protobuf:"varint,4,opt,name=snapshot_continues,json=snapshotContinues,proto3" json:"snapshot_continues,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchPodsResponse) Reset() {
 	*x = WatchPodsResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +343,7 @@ func (x *WatchPodsResponse) String() string {
 func (*WatchPodsResponse) ProtoMessage() {}
 
 func (x *WatchPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +356,7 @@ func (x *WatchPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPodsResponse.ProtoReflect.Descriptor instead.
 func (*WatchPodsResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{3}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchPodsResponse) GetSequence() uint64 {
@@ -272,6 +378,13 @@ func (x *WatchPodsResponse) GetPods() []*Pod {
 		return x.Pods
 	}
 	return nil
+}
+
+func (x *WatchPodsResponse) GetSnapshotContinues() bool {
+	if x != nil {
+		return x.SnapshotContinues
+	}
+	return false
 }
 
 // Pod is a pod as podsync runs it.
@@ -307,7 +420,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +432,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +445,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{4}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Pod) GetUid() string {
@@ -434,7 +547,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +559,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +572,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{5}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Container) GetName() string {
@@ -504,7 +617,7 @@ type KillPodRequest struct {
 
 func (x *KillPodRequest) Reset() {
 	*x = KillPodRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +629,7 @@ func (x *KillPodRequest) String() string {
 func (*KillPodRequest) ProtoMessage() {}
 
 func (x *KillPodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +642,7 @@ func (x *KillPodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillPodRequest.ProtoReflect.Descriptor instead.
 func (*KillPodRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{6}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KillPodRequest) GetUid() string {
@@ -568,7 +681,7 @@ type KillPodResponse struct {
 
 func (x *KillPodResponse) Reset() {
 	*x = KillPodResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +693,7 @@ func (x *KillPodResponse) String() string {
 func (*KillPodResponse) ProtoMessage() {}
 
 func (x *KillPodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +706,7 @@ func (x *KillPodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillPodResponse.ProtoReflect.Descriptor instead.
 func (*KillPodResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{7}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{9}
 }
 
 type GetRuntimeHealthRequest struct {
@@ -604,7 +717,7 @@ type GetRuntimeHealthRequest struct {
 
 func (x *GetRuntimeHealthRequest) Reset() {
 	*x = GetRuntimeHealthRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +729,7 @@ func (x *GetRuntimeHealthRequest) String() string {
 func (*GetRuntimeHealthRequest) ProtoMessage() {}
 
 func (x *GetRuntimeHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +742,7 @@ func (x *GetRuntimeHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuntimeHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetRuntimeHealthRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{8}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{10}
 }
 
 type GetRuntimeHealthResponse struct {
@@ -641,7 +754,7 @@ type GetRuntimeHealthResponse struct {
 
 func (x *GetRuntimeHealthResponse) Reset() {
 	*x = GetRuntimeHealthResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +766,7 @@ func (x *GetRuntimeHealthResponse) String() string {
 func (*GetRuntimeHealthResponse) ProtoMessage() {}
 
 func (x *GetRuntimeHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +779,7 @@ func (x *GetRuntimeHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuntimeHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetRuntimeHealthResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{9}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRuntimeHealthResponse) GetHealth() *RuntimeHealth {
@@ -697,7 +810,7 @@ type RuntimeHealth struct {
 
 func (x *RuntimeHealth) Reset() {
 	*x = RuntimeHealth{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +822,7 @@ func (x *RuntimeHealth) String() string {
 func (*RuntimeHealth) ProtoMessage() {}
 
 func (x *RuntimeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +835,7 @@ func (x *RuntimeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeHealth.ProtoReflect.Descriptor instead.
 func (*RuntimeHealth) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{10}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RuntimeHealth) GetRuntimeReady() bool {
@@ -794,7 +907,7 @@ type GetStreamingURLRequest struct {
 
 func (x *GetStreamingURLRequest) Reset() {
 	*x = GetStreamingURLRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +919,7 @@ func (x *GetStreamingURLRequest) String() string {
 func (*GetStreamingURLRequest) ProtoMessage() {}
 
 func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +932,7 @@ func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLRequest.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{11}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetStreamingURLRequest) GetPodUid() string {
@@ -895,7 +1008,7 @@ type GetStreamingURLResponse struct {
 
 func (x *GetStreamingURLResponse) Reset() {
 	*x = GetStreamingURLResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1020,7 @@ func (x *GetStreamingURLResponse) String() string {
 func (*GetStreamingURLResponse) ProtoMessage() {}
 
 func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1033,7 @@ func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLResponse.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{12}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetStreamingURLResponse) GetUrl() string {
@@ -938,13 +1051,18 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x0fListPodsRequest\"[\n" +
 	"\x10ListPodsResponse\x12+\n" +
 	"\x04pods\x18\x01 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\x17\n" +
+	"\x15ListPodsStreamRequest\"a\n" +
+	"\x16ListPodsStreamResponse\x12+\n" +
+	"\x04pods\x18\x01 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"9\n" +
 	"\x10WatchPodsRequest\x12%\n" +
-	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"x\n" +
+	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xa7\x01\n" +
 	"\x11WatchPodsResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12+\n" +
-	"\x04pods\x18\x03 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\"\x80\x03\n" +
+	"\x04pods\x18\x03 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\x12-\n" +
+	"\x12snapshot_continues\x18\x04 \x01(\bR\x11snapshotContinues\"\x80\x03\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1005,9 +1123,10 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x17STREAM_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_KIND_EXEC\x10\x01\x12\x16\n" +
 	"\x12STREAM_KIND_ATTACH\x10\x02\x12\x1c\n" +
-	"\x18STREAM_KIND_PORT_FORWARD\x10\x032\xf2\x03\n" +
+	"\x18STREAM_KIND_PORT_FORWARD\x10\x032\xdd\x04\n" +
 	"\x0ePodSyncService\x12U\n" +
-	"\bListPods\x12#.unitlet.podsync.v1.ListPodsRequest\x1a$.unitlet.podsync.v1.ListPodsResponse\x12Z\n" +
+	"\bListPods\x12#.unitlet.podsync.v1.ListPodsRequest\x1a$.unitlet.podsync.v1.ListPodsResponse\x12i\n" +
+	"\x0eListPodsStream\x12).unitlet.podsync.v1.ListPodsStreamRequest\x1a*.unitlet.podsync.v1.ListPodsStreamResponse0\x01\x12Z\n" +
 	"\tWatchPods\x12$.unitlet.podsync.v1.WatchPodsRequest\x1a%.unitlet.podsync.v1.WatchPodsResponse0\x01\x12R\n" +
 	"\aKillPod\x12\".unitlet.podsync.v1.KillPodRequest\x1a#.unitlet.podsync.v1.KillPodResponse\x12m\n" +
 	"\x10GetRuntimeHealth\x12+.unitlet.podsync.v1.GetRuntimeHealthRequest\x1a,.unitlet.podsync.v1.GetRuntimeHealthResponse\x12j\n" +
@@ -1026,47 +1145,52 @@ func file_unitlet_podsync_v1_podsync_proto_rawDescGZIP() []byte {
 }
 
 var file_unitlet_podsync_v1_podsync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_unitlet_podsync_v1_podsync_proto_goTypes = []any{
 	(StreamKind)(0),                  // 0: unitlet.podsync.v1.StreamKind
 	(*ListPodsRequest)(nil),          // 1: unitlet.podsync.v1.ListPodsRequest
 	(*ListPodsResponse)(nil),         // 2: unitlet.podsync.v1.ListPodsResponse
-	(*WatchPodsRequest)(nil),         // 3: unitlet.podsync.v1.WatchPodsRequest
-	(*WatchPodsResponse)(nil),        // 4: unitlet.podsync.v1.WatchPodsResponse
-	(*Pod)(nil),                      // 5: unitlet.podsync.v1.Pod
-	(*Container)(nil),                // 6: unitlet.podsync.v1.Container
-	(*KillPodRequest)(nil),           // 7: unitlet.podsync.v1.KillPodRequest
-	(*KillPodResponse)(nil),          // 8: unitlet.podsync.v1.KillPodResponse
-	(*GetRuntimeHealthRequest)(nil),  // 9: unitlet.podsync.v1.GetRuntimeHealthRequest
-	(*GetRuntimeHealthResponse)(nil), // 10: unitlet.podsync.v1.GetRuntimeHealthResponse
-	(*RuntimeHealth)(nil),            // 11: unitlet.podsync.v1.RuntimeHealth
-	(*GetStreamingURLRequest)(nil),   // 12: unitlet.podsync.v1.GetStreamingURLRequest
-	(*GetStreamingURLResponse)(nil),  // 13: unitlet.podsync.v1.GetStreamingURLResponse
-	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
+	(*ListPodsStreamRequest)(nil),    // 3: unitlet.podsync.v1.ListPodsStreamRequest
+	(*ListPodsStreamResponse)(nil),   // 4: unitlet.podsync.v1.ListPodsStreamResponse
+	(*WatchPodsRequest)(nil),         // 5: unitlet.podsync.v1.WatchPodsRequest
+	(*WatchPodsResponse)(nil),        // 6: unitlet.podsync.v1.WatchPodsResponse
+	(*Pod)(nil),                      // 7: unitlet.podsync.v1.Pod
+	(*Container)(nil),                // 8: unitlet.podsync.v1.Container
+	(*KillPodRequest)(nil),           // 9: unitlet.podsync.v1.KillPodRequest
+	(*KillPodResponse)(nil),          // 10: unitlet.podsync.v1.KillPodResponse
+	(*GetRuntimeHealthRequest)(nil),  // 11: unitlet.podsync.v1.GetRuntimeHealthRequest
+	(*GetRuntimeHealthResponse)(nil), // 12: unitlet.podsync.v1.GetRuntimeHealthResponse
+	(*RuntimeHealth)(nil),            // 13: unitlet.podsync.v1.RuntimeHealth
+	(*GetStreamingURLRequest)(nil),   // 14: unitlet.podsync.v1.GetStreamingURLRequest
+	(*GetStreamingURLResponse)(nil),  // 15: unitlet.podsync.v1.GetStreamingURLResponse
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
 }
 var file_unitlet_podsync_v1_podsync_proto_depIdxs = []int32{
-	5,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	5,  // 1: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	14, // 2: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
-	6,  // 3: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
-	11, // 4: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
-	14, // 5: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
-	0,  // 6: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
-	1,  // 7: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
-	3,  // 8: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
-	7,  // 9: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
-	9,  // 10: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
-	12, // 11: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
-	2,  // 12: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
-	4,  // 13: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
-	8,  // 14: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
-	10, // 15: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
-	13, // 16: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	7,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	7,  // 1: unitlet.podsync.v1.ListPodsStreamResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	7,  // 2: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	16, // 3: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
+	8,  // 4: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
+	13, // 5: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
+	16, // 6: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
+	1,  // 8: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
+	3,  // 9: unitlet.podsync.v1.PodSyncService.ListPodsStream:input_type -> unitlet.podsync.v1.ListPodsStreamRequest
+	5,  // 10: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
+	9,  // 11: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
+	11, // 12: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
+	14, // 13: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
+	2,  // 14: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
+	4,  // 15: unitlet.podsync.v1.PodSyncService.ListPodsStream:output_type -> unitlet.podsync.v1.ListPodsStreamResponse
+	6,  // 16: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
+	10, // 17: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
+	12, // 18: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
+	15, // 19: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_podsync_v1_podsync_proto_init() }
@@ -1074,14 +1198,14 @@ func file_unitlet_podsync_v1_podsync_proto_init() {
 	if File_unitlet_podsync_v1_podsync_proto != nil {
 		return
 	}
-	file_unitlet_podsync_v1_podsync_proto_msgTypes[6].OneofWrappers = []any{}
+	file_unitlet_podsync_v1_podsync_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_podsync_v1_podsync_proto_rawDesc), len(file_unitlet_podsync_v1_podsync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	PodSyncService_ListPods_FullMethodName         = "/unitlet.podsync.v1.PodSyncService/ListPods"
+	PodSyncService_ListPodsStream_FullMethodName   = "/unitlet.podsync.v1.PodSyncService/ListPodsStream"
 	PodSyncService_WatchPods_FullMethodName        = "/unitlet.podsync.v1.PodSyncService/WatchPods"
 	PodSyncService_KillPod_FullMethodName          = "/unitlet.podsync.v1.PodSyncService/KillPod"
 	PodSyncService_GetRuntimeHealth_FullMethodName = "/unitlet.podsync.v1.PodSyncService/GetRuntimeHealth"
@@ -36,12 +37,28 @@ const (
 //
 // PodSyncService serves the node's pods and drives them.
 type PodSyncServiceClient interface {
-	// ListPods returns every pod podsync knows: desired pods and pods still being torn down.
+	// ListPods returns every pod podsync knows: desired pods and pods still being torn down,
+	// all in one message. That message grows with the node's pods: past gRPC's default
+	// receive limit of 4 MiB (about 60 pods with 60 KiB of annotations each) a client that
+	// did not raise its limit fails with RESOURCE_EXHAUSTED. It stays for callers that
+	// predate ListPodsStream, unchanged; new callers use ListPodsStream.
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
-	// WatchPods streams pod changes. The first message is a snapshot of every pod unless the
-	// caller passes the sequence number it last saw and podsync still has what came after;
-	// then each change. A subscriber that reconnects with its last sequence number misses
-	// nothing.
+	// ListPodsStream returns what ListPods does, as a stream of messages of at most about
+	// 1 MiB each (a single pod larger than that comes alone): every pod of one consistent
+	// view, taken at once when the call starts, then the end of the stream. A caller that
+	// stops early or sees an error has no list; a clean end of the stream is the whole list.
+	// Chosen over paging ListPods (page_size and page_token, as Kubernetes list chunking
+	// does) because pages taken from a map that changes between calls would miss pods that
+	// come and go, and a caller such as unitlet-volumes, which releases the volumes of pods
+	// it does not see, needs one consistent list; Kubernetes gets that from etcd's
+	// revisions, which podsync does not have. A podsync older than this call answers
+	// UNIMPLEMENTED: callers then fall back to ListPods.
+	ListPodsStream(ctx context.Context, in *ListPodsStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListPodsStreamResponse], error)
+	// WatchPods streams pod changes. It starts with a snapshot of every pod unless the caller
+	// passes the sequence number it last saw and podsync still has what came after; then
+	// each change, one pod per message. A snapshot larger than about 1 MiB comes in parts
+	// (see WatchPodsResponse.snapshot_continues), so no message grows with the node's pods.
+	// A subscriber that reconnects with its last sequence number misses nothing.
 	WatchPods(ctx context.Context, in *WatchPodsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPodsResponse], error)
 	// KillPod stops a pod's containers and marks it Failed with the given reason and message
 	// (unitlet-eviction's evictions). Only root may call it.
@@ -73,9 +90,28 @@ func (c *podSyncServiceClient) ListPods(ctx context.Context, in *ListPodsRequest
 	return out, nil
 }
 
+func (c *podSyncServiceClient) ListPodsStream(ctx context.Context, in *ListPodsStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListPodsStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PodSyncService_ServiceDesc.Streams[0], PodSyncService_ListPodsStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ListPodsStreamRequest, ListPodsStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PodSyncService_ListPodsStreamClient = grpc.ServerStreamingClient[ListPodsStreamResponse]
+
 func (c *podSyncServiceClient) WatchPods(ctx context.Context, in *WatchPodsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPodsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &PodSyncService_ServiceDesc.Streams[0], PodSyncService_WatchPods_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &PodSyncService_ServiceDesc.Streams[1], PodSyncService_WatchPods_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -128,12 +164,28 @@ func (c *podSyncServiceClient) GetStreamingURL(ctx context.Context, in *GetStrea
 //
 // PodSyncService serves the node's pods and drives them.
 type PodSyncServiceServer interface {
-	// ListPods returns every pod podsync knows: desired pods and pods still being torn down.
+	// ListPods returns every pod podsync knows: desired pods and pods still being torn down,
+	// all in one message. That message grows with the node's pods: past gRPC's default
+	// receive limit of 4 MiB (about 60 pods with 60 KiB of annotations each) a client that
+	// did not raise its limit fails with RESOURCE_EXHAUSTED. It stays for callers that
+	// predate ListPodsStream, unchanged; new callers use ListPodsStream.
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
-	// WatchPods streams pod changes. The first message is a snapshot of every pod unless the
-	// caller passes the sequence number it last saw and podsync still has what came after;
-	// then each change. A subscriber that reconnects with its last sequence number misses
-	// nothing.
+	// ListPodsStream returns what ListPods does, as a stream of messages of at most about
+	// 1 MiB each (a single pod larger than that comes alone): every pod of one consistent
+	// view, taken at once when the call starts, then the end of the stream. A caller that
+	// stops early or sees an error has no list; a clean end of the stream is the whole list.
+	// Chosen over paging ListPods (page_size and page_token, as Kubernetes list chunking
+	// does) because pages taken from a map that changes between calls would miss pods that
+	// come and go, and a caller such as unitlet-volumes, which releases the volumes of pods
+	// it does not see, needs one consistent list; Kubernetes gets that from etcd's
+	// revisions, which podsync does not have. A podsync older than this call answers
+	// UNIMPLEMENTED: callers then fall back to ListPods.
+	ListPodsStream(*ListPodsStreamRequest, grpc.ServerStreamingServer[ListPodsStreamResponse]) error
+	// WatchPods streams pod changes. It starts with a snapshot of every pod unless the caller
+	// passes the sequence number it last saw and podsync still has what came after; then
+	// each change, one pod per message. A snapshot larger than about 1 MiB comes in parts
+	// (see WatchPodsResponse.snapshot_continues), so no message grows with the node's pods.
+	// A subscriber that reconnects with its last sequence number misses nothing.
 	WatchPods(*WatchPodsRequest, grpc.ServerStreamingServer[WatchPodsResponse]) error
 	// KillPod stops a pod's containers and marks it Failed with the given reason and message
 	// (unitlet-eviction's evictions). Only root may call it.
@@ -157,6 +209,9 @@ type UnimplementedPodSyncServiceServer struct{}
 
 func (UnimplementedPodSyncServiceServer) ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPods not implemented")
+}
+func (UnimplementedPodSyncServiceServer) ListPodsStream(*ListPodsStreamRequest, grpc.ServerStreamingServer[ListPodsStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListPodsStream not implemented")
 }
 func (UnimplementedPodSyncServiceServer) WatchPods(*WatchPodsRequest, grpc.ServerStreamingServer[WatchPodsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchPods not implemented")
@@ -208,6 +263,17 @@ func _PodSyncService_ListPods_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _PodSyncService_ListPodsStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListPodsStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PodSyncServiceServer).ListPodsStream(m, &grpc.GenericServerStream[ListPodsStreamRequest, ListPodsStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PodSyncService_ListPodsStreamServer = grpc.ServerStreamingServer[ListPodsStreamResponse]
 
 func _PodSyncService_WatchPods_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchPodsRequest)
@@ -299,6 +365,11 @@ var PodSyncService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ListPodsStream",
+			Handler:       _PodSyncService_ListPodsStream_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "WatchPods",
 			Handler:       _PodSyncService_WatchPods_Handler,
