@@ -252,7 +252,11 @@ func strongCiphers(n *Node) (Result, string, []string) {
 		return Fail, noConfig, nil
 	}
 	configured := n.Config.TLSCipherSuites
-	ev := []string{"tlsCipherSuites: " + joinOr(configured, "(not set)"), "tlsMinVersion: " + joinOr([]string{n.Config.TLSMinVersion}, "(not set)")}
+	minVersion := n.Config.TLSMinVersion
+	if minVersion == "" {
+		minVersion = "(not set: TLS 1.2)"
+	}
+	ev := []string{"tlsCipherSuites: " + joinOr(configured, "(not set)"), "tlsMinVersion: " + minVersion}
 	var weak []string
 	for _, s := range configured {
 		if !strongSuite(s) {
