@@ -55,6 +55,10 @@ const (
 	nspawnPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
+// unitFileMode is the mode of unitlet's unit files and drop-ins on a node: root's alone, as
+// the CIS Kubernetes Benchmark asks of the kubelet's (4.1.1); systemd reads them as root.
+const unitFileMode = 0o600
+
 // nspawnPackages are installed into the tree besides minbase: systemd as init, D-Bus for
 // systemctl, procps for the units' ExecReload=/bin/kill.
 var nspawnPackages = []string{"systemd", "systemd-sysv", "dbus", "procps"}
@@ -417,12 +421,13 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		{path: "/etc/machine-id", mode: 0o444, data: []byte(hex.EncodeToString(machineID) + "\n")},
 		{path: "/usr/local/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
-		{path: caPath, mode: 0o644, data: ca},
-		{path: "/etc/unitlet/config.yaml", mode: 0o644, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
+		// The client CA and the configuration root's alone (CIS 4.1.7, 4.1.9).
+		{path: caPath, mode: 0o600, data: ca},
+		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
 	}
 	for _, svc := range n.Services {
 		files = append(files, file{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
-		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: 0o644, data: []byte(h.unitDropIn(n, svc))})
+		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.unitDropIn(n, svc))})
 	}
 	switch {
 	case h.stack.Standalone:
@@ -448,7 +453,7 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		base := strings.TrimSuffix(filepath.Base(u), filepath.Ext(u))
 		switch ext := filepath.Ext(u); {
 		case ext == ".target", (ext == ".service" || ext == ".socket") && slices.Contains(n.Services, strings.TrimPrefix(base, "unitlet-")):
-			files = append(files, file{path: "/etc/systemd/system/" + filepath.Base(u), mode: 0o644, from: u})
+			files = append(files, file{path: "/etc/systemd/system/" + filepath.Base(u), mode: unitFileMode, from: u})
 		}
 	}
 	for _, fl := range files {
@@ -464,6 +469,10 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		}
 		_ = os.Remove(p)
 		if err := os.WriteFile(p, data, fl.mode); err != nil {
+			return "", err
+		}
+		// The mode as given, whatever the umask.
+		if err := os.Chmod(p, fl.mode); err != nil {
 			return "", err
 		}
 	}

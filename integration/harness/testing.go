@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -97,4 +98,61 @@ func (h *Harness) UnitProps(t testing.TB, node, unit string, props ...string) ma
 		}
 	}
 	return got
+}
+
+// CISFinding is one check of `unitletctl cis -o json` (cmd/unitletctl/cis): a CIS
+// Kubernetes Benchmark worker-node recommendation and its result on a node.
+type CISFinding struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title"`
+	Result   string   `json:"result"` // PASS, FAIL or N/A
+	Reason   string   `json:"reason"`
+	Evidence []string `json:"evidence"`
+}
+
+// CheckCIS runs `unitletctl cis -o json` inside node until no check fails, for at most
+// within (a serving certificate waits for its CSR's approval), logs every check's result
+// and fails t with the evidence of each check that still fails. It returns the findings.
+func (h *Harness) CheckCIS(t testing.TB, node string, within time.Duration) []CISFinding {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var report struct {
+		Node     string       `json:"node"`
+		Findings []CISFinding `json:"findings"`
+		Problems []string     `json:"problems"`
+	}
+	for {
+		start := time.Now()
+		// Exit 1 when a check fails: the JSON on stdout says which.
+		out, err := h.Exec(node, []string{"unitletctl", "cis", "-o", "json"}).Output()
+		report.Findings, report.Problems = nil, nil
+		if jerr := json.Unmarshal(out, &report); jerr != nil || len(report.Findings) == 0 {
+			t.Fatalf("unitletctl cis on %s: %v; output not a report (%v):\n%s", node, err, jerr, out)
+		}
+		failed := 0
+		for _, f := range report.Findings {
+			if f.Result == "FAIL" {
+				failed++
+			}
+		}
+		if failed == 0 || time.Now().After(deadline) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "CIS worker-node checks on %s (unitletctl cis, %s):\n", node, time.Since(start).Round(time.Millisecond))
+			for _, f := range report.Findings {
+				fmt.Fprintf(&b, "  %-7s %-4s %s\n          %s\n", f.ID, f.Result, f.Title, f.Reason)
+			}
+			for _, p := range report.Problems {
+				fmt.Fprintf(&b, "  problem: %s\n", p)
+			}
+			t.Log(b.String())
+			for _, f := range report.Findings {
+				if f.Result == "FAIL" {
+					t.Errorf("CIS %s FAIL on %s: %s\n  %s", f.ID, node, f.Reason, strings.Join(f.Evidence, "\n  "))
+				}
+			}
+			return report.Findings
+		}
+		t.Logf("unitletctl cis on %s: %d check(s) fail; asking again in 5 s", node, failed)
+		time.Sleep(5 * time.Second)
+	}
 }

@@ -201,6 +201,9 @@ func (h *Harness) ensureVMImage(n Node) (string, error) {
 func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 	const caPath = "/etc/unitlet/pki/ca.crt"
 	cfg := nodeConfig(n, caPath, vmRuntimeEndpoint)
+	// The vm has its own kernel, whose tunables the node's sysctl.d file sets to the
+	// kubelet's: unitlet-config checks them (CIS 4.2.6 of v1.8, "protect kernel defaults").
+	cfg += "protectKernelDefaults: true\n"
 	if n.NodeAPIPort != 0 {
 		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
 	}
@@ -234,14 +237,15 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 		{path: "/etc/systemd/system/multi-user.target.wants/unitlet-harness-node.service", link: "/etc/systemd/system/unitlet-harness-node.service"},
 		{path: "/usr/local/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
-		{path: "/etc/unitlet/config.yaml", mode: 0o644, data: []byte(cfg)},
+		{path: "/usr/lib/sysctl.d/90-unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysctl.d", "90-unitlet.conf")},
+		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(cfg)},
 		{path: "/etc/unitlet/config.d/.keep", mode: 0o644, data: nil},
 		{path: "/etc/systemd/system/multi-user.target.wants/unitlet.target", link: "/etc/systemd/system/unitlet.target"},
 	}
 	for _, svc := range n.Services {
 		files = append(files,
 			vmFile{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)},
-			vmFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: 0o644, data: []byte(h.vmUnitDropIn(n, svc))})
+			vmFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.vmUnitDropIn(n, svc))})
 	}
 	units, err := filepath.Glob(filepath.Join(h.repo, "systemd", "*"))
 	if err != nil {
@@ -251,7 +255,7 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 		base := strings.TrimSuffix(filepath.Base(u), filepath.Ext(u))
 		switch ext := filepath.Ext(u); {
 		case ext == ".target", (ext == ".service" || ext == ".socket") && slices.Contains(n.Services, strings.TrimPrefix(base, "unitlet-")):
-			files = append(files, vmFile{path: "/etc/systemd/system/" + filepath.Base(u), mode: 0o644, from: u})
+			files = append(files, vmFile{path: "/etc/systemd/system/" + filepath.Base(u), mode: unitFileMode, from: u})
 		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
@@ -344,7 +348,7 @@ set -eu
 share=` + vmShareDir + `
 if [ -f "$share/creds/ca.crt" ]; then # none in a standalone stack
 	install -d -m 0755 /etc/unitlet/pki
-	install -m 0644 "$share/creds/ca.crt" /etc/unitlet/pki/ca.crt
+	install -m 0600 "$share/creds/ca.crt" /etc/unitlet/pki/ca.crt
 	install -d -m 0700 /etc/unitlet/creds
 	# A client certificate and its kubeconfig, or a bootstrap token's kubeconfig.
 	for f in ca.crt node-client.crt node-client.key kubeconfig bootstrap.kubeconfig; do

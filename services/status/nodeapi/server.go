@@ -202,8 +202,20 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
+// defaultCipherSuites are the TLS 1.2 suites served when tlsCipherSuites is not set: the
+// ECDHE suites with AEAD ciphers, the strong ones of the CIS Kubernetes Benchmark's 4.2.12.
+// Go's own defaults (the kubelet's) also accept CBC suites with SHA-1, which it does not.
+var defaultCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // serverTLS is the TLS configuration of the config's tlsMinVersion, tlsCipherSuites and
-// tlsCurvePreferences, never below TLS 1.2.
+// tlsCurvePreferences, never below TLS 1.2; with no tlsCipherSuites, defaultCipherSuites.
 func serverTLS(minVersion string, suites []string, curves []int32) (*tls.Config, error) {
 	v, err := cliflag.TLSVersion(minVersion)
 	if err != nil {
@@ -218,6 +230,9 @@ func serverTLS(minVersion string, suites []string, curves []int32) (*tls.Config,
 	}
 	if len(ids) > 0 && !slices.Contains(ids, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) && !slices.Contains(ids, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) {
 		return nil, errors.New("tlsCipherSuites: HTTP/2 needs TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 or TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 in the list")
+	}
+	if len(ids) == 0 {
+		ids = slices.Clone(defaultCipherSuites)
 	}
 	curveIDs, err := cliflag.TLSCurvePreferences(curves)
 	if err != nil {

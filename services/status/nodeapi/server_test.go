@@ -553,6 +553,15 @@ func TestTLSSettingsTakeEffect(t *testing.T) {
 	if _, err := dialTLS(t, plain, &tls.Config{MaxVersion: tls.VersionTLS11}); err == nil {
 		t.Error("no tlsMinVersion: a TLS 1.1 client was served")
 	}
+	// Unset tlsCipherSuites: only ECDHE with AEAD (CIS 4.2.12), not Go's CBC-SHA suites.
+	for _, weak := range []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA} {
+		if _, err := dialTLS(t, plain, &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{weak}}); err == nil {
+			t.Errorf("no tlsCipherSuites: a client offering only %s was served", tls.CipherSuiteName(weak))
+		}
+	}
+	if st, err := dialTLS(t, plain, &tls.Config{MaxVersion: tls.VersionTLS12}); err != nil || !slices.Contains(defaultCipherSuites, st.CipherSuite) {
+		t.Errorf("no tlsCipherSuites: negotiated %s (%v), want one of the defaults", tls.CipherSuiteName(st.CipherSuite), err)
+	}
 	for _, o := range []Options{{TLSMinVersion: "VersionTLS11"}, {TLSCipherSuites: []string{"TLS_NONE"}}, {TLSCipherSuites: []string{"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}}, {TLSCurvePreferences: []int32{7}}} {
 		o.Authentication, o.Authorization, o.Address, o.NodeName, o.Pods, o.CertDir = an, az, "127.0.0.1:0", testNode, &fakePods{}, t.TempDir()
 		if _, err := New(o); err == nil {
