@@ -46,6 +46,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem",
 		"echo x > /scratch/made && stat -L -c 'STAT %n %g %a' /scratch/made",
 		"grep ' /mem ' /proc/self/mounts | sed 's/^/MOUNT /'",
+		"sed 's/^/SUB /' /sub; echo",
 		"echo DONE",
 		"exec sleep 100000",
 	}, "; ")
@@ -110,6 +111,14 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		out = string(o)
 		return err == nil && strings.Contains(out, "DONE"), out
 	})
+	if !strings.Contains(out, "SUB from the configMap") {
+		t.Errorf("/sub (subPath a of the configMap) does not show the key's content:\n%s", out)
+	}
+	// The subPath reaches the runtime as a bind mount that unitlet-volumes made, under its
+	// unit, through the descriptor of its safe resolution.
+	if o, err := stack.Exec(n.Name, []string{"grep", "-c", "/pods/" + string(created.UID) + "/volume-subpaths/cm/c/4", "/proc/self/mountinfo"}).CombinedOutput(); err != nil || strings.TrimSpace(string(o)) == "0" {
+		t.Errorf("no subPath bind mount in the guest for the pod: %v %s", err, o)
+	}
 	stats := map[string][2]string{} // path: group, mode
 	var mounts []string
 	for _, line := range strings.Split(out, "\n") {
