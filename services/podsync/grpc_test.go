@@ -22,9 +22,6 @@ import (
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
-// grpcDefaultRecv is gRPC's default receive limit, the one every bus client has.
-const grpcDefaultRecv = 4 << 20
-
 func busPods(n, annotationBytes int) []*podsyncv1.Pod {
 	pods := make([]*podsyncv1.Pod, n)
 	for i := range pods {
