@@ -132,8 +132,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzStaticPod$$' -fuzztime=$(FUZZTIME) ./services/podsync/podsource/
 	$(GO) test -run='^$$' -fuzz='^FuzzResolve$$' -fuzztime=$(FUZZTIME) ./services/volumes/subpath/
 	$(GO) test -run='^$$' -fuzz='^FuzzMetadataValue$$' -fuzztime=$(FUZZTIME) ./shared/downwardapi/
-	cd services/status && $(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./nodeapi/
-	cd services/volumes && $(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) .
+	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./services/status/nodeapi/
+	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/
 
 ## proto: regenerate the bus API's Go code
 proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
