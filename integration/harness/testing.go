@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,6 +26,12 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	unlock, err := lockStack(h.Dir())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	if err := h.Up(ctx); err != nil {
@@ -50,6 +57,27 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 	}
 	fmt.Println("down left nothing behind (processes, shims, mounts, files)")
 	return code
+}
+
+// lockStack takes the lock of the stack in dir (the file dir+".lock"), waiting while
+// another test run holds it: two runs on one stack would bring it up and down under each
+// other. The kernel drops the lock when the process ends, however it ends.
+func lockStack(dir string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("lock the stack %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock the stack %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Printf("another test run is using the stack %s: waiting for it to finish\n", dir)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock the stack %s: %w", dir, err)
+		}
+	}
+	return func() { f.Close() }, nil
 }
 
 // WaitFor polls cond until it returns true or within passes; the failure names what was
