@@ -71,6 +71,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		SourcesWanted: wantedSources(kc, client), EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Events: events,
 	})
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
+	probes.RecordEvents(events.Event)
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
 	workers := podworker.NewManager(workerOptions(nc, node, rt, relister, client, probes, volumes, events, svc, clk, reg, log))

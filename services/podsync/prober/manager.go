@@ -113,6 +113,9 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// events records the probes' Unhealthy and ProbeWarning events (nil: none).
+	events func(pod *corev1.Pod, eventType, reason, message string)
+
 	mu         sync.Mutex
 	containers map[containerKey]*container
 	running    int // worker goroutines not yet returned
@@ -154,6 +157,19 @@ func NewManager(ex lifecycle.Execer, clk clock.Clock, reg prometheus.Registerer,
 	m.wg.Add(1)
 	go m.forward()
 	return m
+}
+
+// RecordEvents makes the manager record its events (Unhealthy for each failed probe run,
+// ProbeWarning for a success with a warning) through record. Call it before the first
+// SetContainer.
+func (m *Manager) RecordEvents(record func(pod *corev1.Pod, eventType, reason, message string)) {
+	m.events = record
+}
+
+func (m *Manager) event(pod *corev1.Pod, eventType, reason, message string) {
+	if m.events != nil {
+		m.events(pod, eventType, reason, message)
+	}
 }
 
 // Updates delivers each change of a probe result (not every probe run), in order, for

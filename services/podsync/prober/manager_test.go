@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -647,5 +648,51 @@ func TestResultOfReplacedContainerIsDropped(t *testing.T) {
 			t.Fatal("c2 not ready after its probe passed")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadinessProbedAsSoonAsStartupPasses(t *testing.T) {
+	h := newHarness(t)
+	c := corev1.Container{
+		Name:           "app",
+		StartupProbe:   execProbe("startup", 10, 0, 1, 30),
+		ReadinessProbe: execProbe("ready", 100, 0, 1, 3),
+	}
+	pod := testPod("u1", c)
+	h.ex.set("startup", 1)
+	h.m.SetContainer(pod, "10.0.0.1", &c, "c1", h.fc.Now())
+	h.settle(2)
+	h.ex.set("startup", 0)
+	h.tick(period, 2)
+	// No readiness period has passed: the readiness probe ran because startup passed.
+	h.waitFor("ready right after startup passed", func() bool { return h.m.Ready("u1", "app") })
+	if n := h.ex.count("ready", ""); n != 1 {
+		t.Errorf("readiness ran %d times, want once, at once", n)
+	}
+}
+
+func TestProbeEventsAsTheKubelet(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	var got []string
+	h.m.RecordEvents(func(_ *corev1.Pod, eventType, reason, message string) {
+		mu.Lock()
+		got = append(got, eventType+" "+reason+" "+message)
+		mu.Unlock()
+	})
+	c := corev1.Container{Name: "app", LivenessProbe: execProbe("live", 10, 0, 1, 3)}
+	h.ex.set("live", 1)
+	h.m.SetContainer(testPod("u1", c), "10.0.0.1", &c, "c1", h.fc.Now())
+	h.settle(1)
+	h.tick(period, 1)
+	h.waitFor("two Unhealthy events", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.HasPrefix(got[0], "Warning Unhealthy Liveness probe failed: ") || got[0] != got[1] {
+		t.Errorf("events %q, want one Warning Unhealthy \"Liveness probe failed: ...\" per failed run", got)
 	}
 }

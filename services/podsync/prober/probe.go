@@ -31,11 +31,14 @@ const (
 	unknown outcome = iota // the probe could not be run, or no result yet
 	success
 	failure
+	// warning is a success the user should hear about (an HTTP probe's redirect to
+	// another host, which is not followed): a ProbeWarning event, then a success.
+	warning
 )
 
 func (o outcome) metricLabel() string {
 	switch o {
-	case success:
+	case success, warning:
 		return "successful"
 	case failure:
 		return "failed"
@@ -131,7 +134,7 @@ func (r *probeRunner) httpGet(ctx context.Context, a *corev1.HTTPGetAction, t ta
 		return success, string(body), nil
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		// A redirect the client did not follow (to another host): a success with a warning.
-		return success, "probe terminated redirects, response body: " + string(body), nil
+		return warning, "Probe terminated redirects, Response body: " + string(body), nil
 	default:
 		return failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode), nil
 	}

@@ -118,7 +118,7 @@ func TestHTTPProbe(t *testing.T) {
 		{name: "body cut at 10 KiB", probe: get("/big", byNum), timeout: 1, want: success, wantMsg: strings.Repeat("b", 100)},
 		{name: "500", probe: get("/bad", byNum), timeout: 1, want: failure, wantMsg: "statuscode: 500"},
 		{name: "same-host redirect followed", probe: get("/same", byNum), timeout: 1, want: failure, wantMsg: "statuscode: 500"},
-		{name: "redirect to another host is a success", probe: get("/away", byNum), timeout: 1, want: success, wantMsg: "redirects"},
+		{name: "redirect to another host is a success with a warning", probe: get("/away", byNum), timeout: 1, want: warning, wantMsg: "Probe terminated redirects, Response body: "},
 		{name: "timeout", probe: get("/slow", byNum), timeout: 1, want: failure, wantMsg: "Timeout"},
 		{name: "connection refused", probe: get("/ok", intstr.FromInt32(int32(closedPort(t)))), timeout: 1, want: failure, wantMsg: "refused"},
 		{name: "unknown port name", probe: get("/ok", intstr.FromString("metrics")), timeout: 1, want: unknown, wantErr: true},

@@ -194,8 +194,15 @@ func (w *worker) probe(ctx context.Context) bool {
 		w.log.Debug("probe could not run", "containerID", t.containerID, "err", err)
 		return true
 	}
-	if o == failure {
+	// Each failed run is an Unhealthy event, each warning a ProbeWarning (the kubelet's
+	// reasons and wording: "Liveness probe failed: ...").
+	switch o {
+	case failure:
 		w.log.Debug("probe failed", "containerID", t.containerID, "output", msg)
+		m.event(t.pod, corev1.EventTypeWarning, "Unhealthy", w.kind.metricLabel()+" probe failed: "+msg)
+	case warning:
+		m.event(t.pod, corev1.EventTypeWarning, "ProbeWarning", w.kind.metricLabel()+" probe warning: "+msg)
+		o = success
 	}
 
 	m.mu.Lock()
@@ -214,6 +221,11 @@ func (w *worker) probe(ctx context.Context) bool {
 	}
 	if w.setLocked(o, msg) {
 		w.log.Info("probe result changed", "containerID", t.containerID, "success", o == success, "output", truncate(msg, 256))
+		// Readiness waits for the startup probe: probe it the moment that passed, so a
+		// ready container is Ready without waiting for a readiness period.
+		if rw := ct.workers[Readiness]; w.kind == Startup && o == success && rw != nil {
+			rw.triggerNow()
+		}
 	}
 	// A liveness failure restarts the container and a startup probe is done either way:
 	// rest until the next container instance.
