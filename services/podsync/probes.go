@@ -2,16 +2,16 @@ package podsync
 
 import (
 	"context"
-	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 )
 
 // containerRestarter is what probe results act on: the pod workers.
 type containerRestarter interface {
-	RestartContainer(uid types.UID, name, containerID, reason, message string)
+	RestartContainer(uid types.UID, name, containerID string, reason podworker.KillReason)
 	Trigger(uids ...types.UID)
 }
 
@@ -25,9 +25,9 @@ func applyProbeResults(ctx context.Context, results <-chan prober.Result, worker
 		case r := <-results:
 			switch {
 			case r.Kind == prober.Liveness && !r.Success:
-				workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, "Unhealthy", fmt.Sprintf("Container %s failed liveness probe, will be restarted", r.ContainerName))
+				workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, podworker.ReasonLivenessProbe)
 			case r.Kind == prober.Startup && !r.Success:
-				workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, "Unhealthy", fmt.Sprintf("Container %s failed startup probe, will be restarted", r.ContainerName))
+				workers.RestartContainer(r.PodUID, r.ContainerName, r.ContainerID, podworker.ReasonStartupProbe)
 			default:
 				workers.Trigger(r.PodUID)
 			}

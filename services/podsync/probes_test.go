@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 )
 
@@ -18,9 +19,9 @@ type recordedWorkers struct {
 	done     chan struct{}
 }
 
-func (w *recordedWorkers) RestartContainer(uid types.UID, name, containerID, reason, message string) {
+func (w *recordedWorkers) RestartContainer(uid types.UID, name, containerID string, reason podworker.KillReason) {
 	w.mu.Lock()
-	w.restarts = append(w.restarts, string(uid)+"/"+name+"/"+containerID+"/"+reason+"/"+message)
+	w.restarts = append(w.restarts, string(uid)+"/"+name+"/"+containerID+"/"+string(reason))
 	w.mu.Unlock()
 	w.done <- struct{}{}
 }
@@ -52,8 +53,8 @@ func TestProbeResultsRestartOnLivenessAndStartupFailuresOnly(t *testing.T) {
 		t.Fatalf("stopped with %v", err)
 	}
 	wantRestarts := []string{
-		"a/c/id1/Unhealthy/Container c failed liveness probe, will be restarted",
-		"b/c/id2/Unhealthy/Container c failed startup probe, will be restarted",
+		"a/c/id1/LivenessProbe",
+		"b/c/id2/StartupProbe",
 	}
 	if !reflect.DeepEqual(w.restarts, wantRestarts) {
 		t.Errorf("restarts %q, want %q", w.restarts, wantRestarts)

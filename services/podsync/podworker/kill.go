@@ -31,11 +31,18 @@ func gracePeriod(pod *corev1.Pod, override *int64) time.Duration {
 }
 
 // killPod stops every running container of the pod in parallel (each after its preStop
-// hook), then its sandboxes.
+// hook; sidecars after the app containers, in reverse order), then its sandboxes.
 func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, grace *int64, reasonFmt string) error {
 	if rp == nil {
 		return nil
 	}
+	var running []string
+	for _, cur := range rp.Containers {
+		if cur.Running() || cur.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+			running = append(running, cur.Name)
+		}
+	}
+	order := newStopOrder(pod, running, w.m.o.Clock)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -49,11 +56,13 @@ func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, g
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := w.killContainer(ctx, pod, c, cur, rp.ReadySandbox(), grace, fmt.Sprintf(reasonFmt, cur.Name)); err != nil {
+			k := kill{grace: grace, message: fmt.Sprintf(reasonFmt, cur.Name), order: order}
+			if err := w.killContainer(ctx, pod, c, cur, rp.ReadySandbox(), k); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			}
+			order.done(cur.Name)
 		}()
 	}
 	wg.Wait()
@@ -91,11 +100,49 @@ func specOf(pod *corev1.Pod, name string) *corev1.Container {
 	return &corev1.Container{Name: name}
 }
 
-// killContainer runs the container's preStop hook within the grace period, then stops it
-// with what is left of the grace (at least the kubelet's 2 s).
-func (w *worker) killContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cur *relist.Container, sb *relist.Sandbox, grace *int64, message string) error {
-	g := gracePeriod(pod, grace)
-	w.event(pod, corev1.EventTypeNormal, "Killing", message)
+// KillReason is why a running container is killed to be restarted.
+type KillReason string
+
+// The reasons a probe kills a container; its probe's terminationGracePeriodSeconds then
+// applies.
+const (
+	ReasonLivenessProbe KillReason = "LivenessProbe"
+	ReasonStartupProbe  KillReason = "StartupProbe"
+)
+
+// kill is how one container is to be stopped.
+type kill struct {
+	grace   *int64 // overrides the grace period (a deletion's, an eviction's)
+	message string // the Killing event's
+	reason  KillReason
+	order   *stopOrder // the pod's termination order, nil: none
+}
+
+// killGrace is the container's grace period as the kubelet computes it: an override,
+// else the pod's deletion grace, else for a probe's kill the probe's own
+// terminationGracePeriodSeconds, else the pod's.
+func killGrace(pod *corev1.Pod, c *corev1.Container, k kill) time.Duration {
+	if k.grace == nil && pod.DeletionGracePeriodSeconds == nil {
+		var p *corev1.Probe
+		switch k.reason {
+		case ReasonLivenessProbe:
+			p = c.LivenessProbe
+		case ReasonStartupProbe:
+			p = c.StartupProbe
+		}
+		if p != nil && p.TerminationGracePeriodSeconds != nil {
+			return time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+		}
+	}
+	return gracePeriod(pod, k.grace)
+}
+
+// killContainer runs the container's preStop hook within the grace period, waits for its
+// turn in the pod's termination order, then stops it with what is left of the grace (at
+// least the kubelet's 2 s).
+func (w *worker) killContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cur *relist.Container, sb *relist.Sandbox, k kill) error {
+	g := killGrace(pod, c, k)
+	w.event(pod, corev1.EventTypeNormal, "Killing", k.message)
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.o.Hooks != nil && g > 0 {
 		start := w.m.o.Clock.Now()
 		hctx, cancel := context.WithTimeout(ctx, g)
@@ -106,8 +153,9 @@ func (w *worker) killContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		g -= w.m.o.Clock.Since(start)
 	}
+	g -= k.order.waitTurn(ctx, c.Name, g)
 	g = max(g, minGracePeriod)
-	if grace != nil && *grace == 0 {
+	if k.grace != nil && *k.grace == 0 {
 		g = 0
 	}
 	if w.m.o.Probes != nil {

@@ -42,7 +42,7 @@ func TestPhase(t *testing.T) {
 		{"crash loop next to a running one", corev1.RestartPolicyAlways, nil, []corev1.ContainerStatus{running, backoff}, corev1.PodRunning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := phase(pod(tc.policy), tc.inits, tc.apps); got != tc.want {
+			if got := phase(pod(tc.policy), tc.inits, tc.apps, true); got != tc.want {
 				t.Errorf("phase = %s, want %s", got, tc.want)
 			}
 		})

@@ -43,7 +43,10 @@ type worker struct {
 	mountsFor *corev1.Pod
 }
 
-type restartRequest struct{ containerID, reason, message string }
+type restartRequest struct {
+	containerID string
+	reason      KillReason
+}
 
 // waitingState is why a container is not running, when the runtime cannot say it.
 type waitingState struct{ reason, message string }
@@ -90,9 +93,9 @@ func (w *worker) terminate(grace *int64, reason, message string, unwanted bool) 
 	w.poke()
 }
 
-func (w *worker) restart(name, containerID, reason, message string) {
+func (w *worker) restart(name, containerID string, reason KillReason) {
 	w.mu.Lock()
-	w.restarts[name] = restartRequest{containerID: containerID, reason: reason, message: message}
+	w.restarts[name] = restartRequest{containerID: containerID, reason: reason}
 	w.mu.Unlock()
 	w.poke()
 }

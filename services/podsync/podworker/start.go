@@ -128,7 +128,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	w.setWaiting(c.Name, "", "")
 	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)
 	started := w.m.o.Clock.Now()
-	if !init && w.m.o.Probes != nil {
+	if probed(c, init) && w.m.o.Probes != nil {
 		w.m.o.Probes.SetContainer(pod, first(ips), c, created.ContainerId, started)
 	}
 	if h := postStart(c); h != nil && w.m.o.Hooks != nil {
@@ -136,7 +136,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			msg := fmt.Sprintf("PostStartHook failed: %v", err)
 			w.event(pod, corev1.EventTypeWarning, "FailedPostStartHook", msg)
 			cur := &relist.Container{ID: created.ContainerId, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
-			if kerr := w.killContainer(ctx, pod, c, cur, sb, nil, "FailedPostStartHook"); kerr != nil {
+			if kerr := w.killContainer(ctx, pod, c, cur, sb, kill{message: "FailedPostStartHook"}); kerr != nil {
 				return errors.Join(err, kerr)
 			}
 			return fmt.Errorf("postStart hook of %s: %w", c.Name, err)

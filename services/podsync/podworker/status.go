@@ -33,10 +33,7 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	for k, v := range w.waiting {
 		waiting[k] = v
 	}
-	if w.startTime.IsZero() {
-		w.startTime = w.m.o.Clock.Now()
-	}
-	startTime := w.startTime
+	startTime := w.startTimeLocked(pod)
 	w.mu.Unlock()
 
 	sb := rp.ReadySandbox()
@@ -59,17 +56,26 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	}
 
 	initDone := true
-	var incomplete []string
+	var incomplete, unready []string
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := w.containerStatus(pod, c, rp, sb, waiting, true, "PodInitializing")
 		out.InitContainerStatuses = append(out.InitContainerStatuses, cs)
-		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+		// A sidecar is done initializing once it has started; the others once they exit 0.
+		if isSidecar(c) {
+			if !cs.Ready {
+				unready = append(unready, c.Name)
+			}
+			if cs.Started == nil || !*cs.Started {
+				initDone = false
+				incomplete = append(incomplete, c.Name)
+			}
+		} else if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
 			initDone = false
 			incomplete = append(incomplete, c.Name)
 		}
 	}
-	var unready []string
+	appRan := false
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		def := "ContainerCreating"
@@ -81,9 +87,12 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 		if !cs.Ready {
 			unready = append(unready, c.Name)
 		}
+		appRan = appRan || cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil
 	}
+	// Once an app container has run, the pod stays initialized while sidecars restart.
+	initDone = initDone || appRan
 
-	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses)
+	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses, initDone)
 	if st.killReason != "" {
 		out.Phase, out.Reason, out.Message = corev1.PodFailed, st.killReason, st.killMsg
 	}
@@ -120,6 +129,36 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	}
 	w.keepTransitionTimes(&out)
 	return out
+}
+
+// startTimeLocked is when the node took the pod on: the time in its API status when it has
+// one (a podsync that restarted keeps it), else when this worker first saw it.
+func (w *worker) startTimeLocked(pod *corev1.Pod) time.Time {
+	if w.startTime.IsZero() {
+		w.startTime = w.m.o.Clock.Now()
+		if t := pod.Status.StartTime; t != nil && !t.IsZero() {
+			w.startTime = t.Time
+		}
+	}
+	return w.startTime
+}
+
+// The kubelet's reason and message for a pod past its activeDeadlineSeconds.
+const (
+	reasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// untilDeadline is how long the pod may still be active (its activeDeadlineSeconds
+// counted from its start time), and false when it has none.
+func (w *worker) untilDeadline(pod *corev1.Pod) (time.Duration, bool) {
+	if pod.Spec.ActiveDeadlineSeconds == nil {
+		return 0, false
+	}
+	w.mu.Lock()
+	start := w.startTimeLocked(pod)
+	w.mu.Unlock()
+	return time.Duration(*pod.Spec.ActiveDeadlineSeconds)*time.Second - w.m.o.Clock.Since(start), true
 }
 
 // keepTransitionTimes carries each condition's lastTransitionTime over from the previous
@@ -211,13 +250,12 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 		if prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 			cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
 		}
-		if init {
-			cs.Ready = false
-		} else {
+		started := true
+		if probed(c, init) {
 			cs.Ready = w.m.o.Probes == nil || w.m.o.Probes.Ready(pod.UID, c.Name)
-			started := w.m.o.Probes == nil || w.m.o.Probes.Started(pod.UID, c.Name)
-			cs.Started = &started
+			started = w.m.o.Probes == nil || w.m.o.Probes.Started(pod.UID, c.Name)
 		}
+		cs.Started = &started
 	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && isWaiting:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: wt.reason, Message: wt.message}
 		cs.LastTerminationState.Terminated = w.terminatedState(c, cur)
@@ -226,7 +264,7 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 		if prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 			cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
 		}
-		if init && cur.ExitCode == 0 {
+		if init && !isSidecar(c) && cur.ExitCode == 0 {
 			cs.Ready = true
 		}
 	case isWaiting:
@@ -234,8 +272,8 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: defaultWaiting}
 	}
-	f := false
-	if cs.Started == nil && !init {
+	if cs.Started == nil {
+		f := false
 		cs.Started = &f
 	}
 	return cs
@@ -314,9 +352,27 @@ func logTail(path string, lines, maxBytes int) string {
 }
 
 // phase is the pod's phase from its containers' statuses (the kubelet's getPhase).
-func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus) corev1.PodPhase {
-	pendingInit, failedInit := 0, 0
-	for _, s := range inits {
+// Sidecars count as running while they run; one that has not started holds the pod
+// Pending only until it is initialized; a stopped sidecar does not count.
+func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bool) corev1.PodPhase {
+	pendingInit, pendingSidecars, failedInit := 0, 0, 0
+	running, waiting, stopped, succeeded := 0, 0, 0, 0
+	for i, s := range inits {
+		if i < len(pod.Spec.InitContainers) && isSidecar(&pod.Spec.InitContainers[i]) {
+			switch {
+			case s.State.Running != nil:
+				if s.Started == nil || !*s.Started {
+					pendingSidecars++
+				}
+				running++
+			case s.State.Terminated != nil:
+			case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+			default:
+				pendingSidecars++
+				waiting++
+			}
+			continue
+		}
 		switch {
 		case s.State.Terminated != nil && s.State.Terminated.ExitCode == 0:
 		case s.State.Terminated != nil:
@@ -327,7 +383,6 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus) corev1.PodPhas
 			pendingInit++
 		}
 	}
-	running, waiting, stopped, succeeded := 0, 0, 0, 0
 	for _, s := range apps {
 		switch {
 		case s.State.Running != nil:
@@ -346,7 +401,7 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus) corev1.PodPhas
 	switch {
 	case failedInit > 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
 		return corev1.PodFailed
-	case pendingInit > 0 || failedInit > 0:
+	case pendingInit > 0 || failedInit > 0 || pendingSidecars > 0 && !initialized:
 		return corev1.PodPending
 	case waiting > 0:
 		return corev1.PodPending

@@ -81,7 +81,7 @@ func TestPhaseKubeletCases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy}}
-			if got := phase(pod, tc.inits, tc.apps); got != tc.want {
+			if got := phase(pod, tc.inits, tc.apps, true); got != tc.want {
 				t.Errorf("phase = %s, want %s", got, tc.want)
 			}
 		})
@@ -475,11 +475,12 @@ func TestInitContainerStatus(t *testing.T) {
 		t.Fatalf("init statuses %+v", st.InitContainerStatuses)
 	}
 	one, two := st.InitContainerStatuses[0], st.InitContainerStatuses[1]
-	if one.State.Terminated == nil || !one.Ready || one.Started != nil {
-		t.Errorf("finished init: %+v, want terminated, ready, no started field", one)
+	// As the kubelet: every init container has started set, true only while it runs.
+	if one.State.Terminated == nil || !one.Ready || one.Started == nil || *one.Started {
+		t.Errorf("finished init: %+v, want terminated, ready, not started", one)
 	}
-	if two.State.Running == nil || two.Ready {
-		t.Errorf("running init: %+v, want running, not ready", two)
+	if two.State.Running == nil || two.Ready || two.Started == nil || !*two.Started {
+		t.Errorf("running init: %+v, want running, started, not ready", two)
 	}
 	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "PodInitializing" {
 		t.Errorf("app while init runs: %+v, want waiting PodInitializing", st.ContainerStatuses[0].State)

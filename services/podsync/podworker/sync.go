@@ -52,6 +52,18 @@ func (w *worker) sync(ctx context.Context) syncResult {
 		return syncResult{operation: "sync", status: w.status(pod, nil, st), next: time.Second}
 	}
 
+	// Past its activeDeadlineSeconds (which may have changed since the pod started), the
+	// pod is ended Failed, as the kubelet does; before, it is synced again when it passes.
+	var deadline time.Duration
+	if left, ok := w.untilDeadline(pod); ok && !st.terminating && !w.isTerminated() {
+		if left <= 0 {
+			w.event(pod, corev1.EventTypeNormal, reasonDeadlineExceeded, messageDeadlineExceeded)
+			w.terminate(nil, reasonDeadlineExceeded, messageDeadlineExceeded, false)
+			st = w.snapshot()
+		} else {
+			deadline = left
+		}
+	}
 	if st.terminating || w.isTerminated() {
 		return w.syncTerminating(ctx, pod, rp, st)
 	}
@@ -71,6 +83,9 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	res.status = w.status(pod, rp, st)
 	res.containers = refs(pod, rp)
 	res.next = next
+	if deadline > 0 {
+		res.next = sooner(next, deadline)
+	}
 	// A pod whose containers are all done for good stops its sandbox (the kubelet does too).
 	if res.status.Phase == corev1.PodSucceeded || res.status.Phase == corev1.PodFailed {
 		w.mu.Lock()
@@ -90,6 +105,7 @@ func (w *worker) isTerminated() bool {
 // syncTerminating stops everything of the pod, and forgets it when it is no longer wanted.
 func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) syncResult {
 	res := syncResult{operation: "terminate"}
+	w.probesSeeDeletion(pod, rp)
 	if err := w.killPod(ctx, pod, rp, st.grace, "Stopping container %s"); err != nil {
 		w.m.o.Log.Warn("stop pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		res.status = w.status(pod, rp, st)
@@ -130,6 +146,24 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 		res.forget = true
 	}
 	return res
+}
+
+// probesSeeDeletion hands a deleted pod to the probe workers of its running containers:
+// liveness and startup probes stop (a terminating pod's containers are not restarted),
+// readiness goes on until each container stops, as the kubelet's probes do.
+func (w *worker) probesSeeDeletion(pod *corev1.Pod, rp *relist.Pod) {
+	if w.m.o.Probes == nil || pod.DeletionTimestamp == nil || rp == nil {
+		return
+	}
+	for _, cur := range rp.Containers {
+		if !cur.Running() {
+			continue
+		}
+		c := specOf(pod, cur.Name)
+		if c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil {
+			w.m.o.Probes.SetContainer(pod, first(w.podIPs(pod, rp.ReadySandbox())), c, cur.ID, cur.StartedAt)
+		}
+	}
 }
 
 // volumeRetry is how soon a pod whose volumes are not ready is synced again.
@@ -199,23 +233,17 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		return 0, err
 	}
 
-	// Liveness failures and spec changes: kill the instance; it is restarted below.
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+	// Probe failures and spec changes: kill the instance; it is restarted below.
+	for _, c := range restartable(pod) {
 		cur := rp.Latest(c.Name)
 		if cur == nil || !cur.Running() || cur.SandboxID != sb.ID {
 			continue
 		}
-		msg := ""
-		if r, ok := st.restarts[c.Name]; ok && r.containerID == cur.ID {
-			msg = r.message
-		} else if info := criconfig.ParseContainerLabels(cur.Labels, cur.Annotations); info.Hash != 0 && info.Hash != criconfig.Hash(c) {
-			msg = fmt.Sprintf("Container %s definition changed, will be restarted", c.Name)
-		}
-		if msg == "" {
+		k, ok := w.restartKill(pod, c, cur, st)
+		if !ok {
 			continue
 		}
-		if err := w.killContainer(ctx, pod, c, cur, sb, nil, msg); err != nil {
+		if err := w.killContainer(ctx, pod, c, cur, sb, k); err != nil {
 			return time.Second, err
 		}
 		w.mu.Lock()
@@ -236,28 +264,19 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 	}
 
-	// Init containers, in order: each must exit 0 before the next starts.
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		cur := latestIn(rp, c.Name, sb.ID)
-		switch {
-		case cur != nil && cur.Running():
-			return 0, nil // wait for it
-		case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cur.ExitCode == 0:
-			continue
-		case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
-			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
-				return 0, nil // the pod has failed
-			}
-			if wait := w.backoffWait(pod, c, cur); wait > 0 {
-				return wait, nil
-			}
-		}
-		return 0, w.startContainer(ctx, pod, c, sb, sbCfg, rp, true)
+	// The app containers are done for good: the sidecars stop (in the kubelet's order)
+	// rather than being kept or restarted, and the pod completes.
+	if appsFinished(pod, rp, sb.ID) && sidecarRunning(pod, rp) {
+		return 0, w.killPod(ctx, pod, rp, nil, "Stopping container %s")
+	}
+
+	// Init containers and sidecars, in order; the app containers once they are done.
+	initialized, next, err := w.syncInitContainers(ctx, pod, rp, sb, sbCfg)
+	if err != nil || !initialized {
+		return next, err
 	}
 
 	// App containers.
-	var next time.Duration
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cur := latestIn(rp, c.Name, sb.ID)
@@ -276,21 +295,64 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 		if cur != nil {
 			if wait := w.backoffWait(pod, c, cur); wait > 0 {
-				if next == 0 || wait < next {
-					next = wait
-				}
+				next = sooner(next, wait)
 				continue
 			}
 		}
 		if err := w.startContainer(ctx, pod, c, sb, sbCfg, rp, false); err != nil {
 			w.m.o.Log.Info("start container", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "err", err)
-			if next == 0 || time.Second < next {
-				next = time.Second
-			}
+			next = sooner(next, time.Second)
 		}
 	}
 	w.pruneDead(ctx, pod, rp)
 	return next, nil
+}
+
+// restartable are the containers a probe or a spec change restarts while they run: the
+// pod's sidecars and its app containers.
+func restartable(pod *corev1.Pod) []*corev1.Container {
+	var out []*corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			out = append(out, &pod.Spec.InitContainers[i])
+		}
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	return out
+}
+
+// restartKill is whether a running instance is to be killed for a restart, and how: a
+// failed liveness or startup probe of this instance, or a container whose spec changed
+// (the kubelet's messages).
+func (w *worker) restartKill(pod *corev1.Pod, c *corev1.Container, cur *relist.Container, st state) (kill, bool) {
+	what := "Container " + c.Name
+	if isSidecar(c) {
+		what = "Init container " + c.Name
+	}
+	k := kill{}
+	if r, ok := st.restarts[c.Name]; ok && r.containerID == cur.ID {
+		k.reason = r.reason
+		switch r.reason {
+		case ReasonStartupProbe:
+			k.message = what + " failed startup probe"
+		default:
+			k.message = what + " failed liveness probe"
+		}
+		if !isSidecar(c) && pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+			k.message += ", will be restarted"
+		}
+		return k, true
+	}
+	if info := criconfig.ParseContainerLabels(cur.Labels, cur.Annotations); info.Hash != 0 && info.Hash != criconfig.Hash(c) {
+		k.message = what + " definition changed"
+		if !isSidecar(c) {
+			k.message += ", will be restarted"
+		}
+		return k, true
+	}
+	return k, false
 }
 
 // interruptedStart reports whether a container instance never ran because a podsync was

@@ -407,9 +407,14 @@ func newHarness(t *testing.T, cri *memCRI) *harness {
 
 func newHarnessWith(t *testing.T, cri *memCRI, vols Volumes) *harness {
 	t.Helper()
+	return newHarnessOpts(t, cri, func(o *Options) { o.Volumes = vols })
+}
+
+// newHarnessOpts is a harness whose manager's options set changes.
+func newHarnessOpts(t *testing.T, cri *memCRI, set func(*Options)) *harness {
+	t.Helper()
 	ev := &events{}
-	m := NewManager(Options{
-		Volumes: vols,
+	o := Options{
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
 		Events: ev,
@@ -417,7 +422,9 @@ func newHarnessWith(t *testing.T, cri *memCRI, vols Volumes) *harness {
 		Clock:  clocktesting.NewFakeClock(time.Now()),
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Resync: time.Hour,
-	})
+	}
+	set(&o)
+	m := NewManager(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -234,12 +234,12 @@ func (m *Manager) Trigger(uids ...types.UID) {
 
 // RestartContainer asks the worker to kill and restart a container whose liveness probe
 // failed (only the instance containerID; a newer one is left alone).
-func (m *Manager) RestartContainer(uid types.UID, name, containerID, reason, message string) {
+func (m *Manager) RestartContainer(uid types.UID, name, containerID string, reason KillReason) {
 	m.mu.Lock()
 	w := m.workers[uid]
 	m.mu.Unlock()
 	if w != nil {
-		w.restart(name, containerID, reason, message)
+		w.restart(name, containerID, reason)
 	}
 }
 
