@@ -5,7 +5,8 @@
 //	testserver sleep DURATION                     sleep, then exit 0
 //
 // While serving: GET /healthz answers 200 or 500; POST /healthz/fail and /healthz/ok switch
-// it; GET /exit?code=N exits with N; GET /env prints the environment.
+// it; GET /exit?code=N exits with N; GET /redirect?to=URL redirects (302) to URL; GET /env
+// prints the environment.
 package main
 
 import (
@@ -78,6 +79,9 @@ func serve(args []string) {
 	mux.HandleFunc("/exit", func(w http.ResponseWriter, r *http.Request) {
 		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
 		go func() { time.Sleep(50 * time.Millisecond); os.Exit(code) }()
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	})
 	mux.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, strings.Join(os.Environ(), "\n"))
