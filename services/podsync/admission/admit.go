@@ -135,6 +135,10 @@ func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int
 		}
 	}
 
+	if f, why := unsupported(pod); f != "" {
+		return Result{Reason: ReasonUnsupportedPodSpec, Message: fmt.Sprintf("Failed to admit pod: %s: %s by this node (unitlet)", f, why)}
+	}
+
 	others := make([]*corev1.Pod, 0, len(active))
 	for _, p := range active {
 		if p != nil && p.UID != pod.UID {
