@@ -71,6 +71,8 @@ type Manager struct {
 	// released, when set, is told of each pod whose volumes were released (its tokens are
 	// forgotten).
 	released func(types.UID)
+	// releasing, a test hook, runs as a release begins tearing a pod's volumes down.
+	releasing func(types.UID)
 
 	mu   sync.Mutex
 	pods map[types.UID]*podVolumes
@@ -156,15 +158,28 @@ func (m *Manager) volumeDir(uid types.UID, plugin, name string) string {
 	return filepath.Join(m.podsDir, string(uid), "volumes", escapePlugin(plugin), name)
 }
 
-func (m *Manager) podEntry(pod *corev1.Pod) *podVolumes {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	pv := m.pods[pod.UID]
-	if pv == nil {
-		pv = &podVolumes{volumes: map[string]*volume{}}
-		m.pods[pod.UID] = pv
+// lockPod returns the pod's entry (made when there is none) with its operation lock
+// held: Prepare and Release of one pod never overlap, also for a pod this process has
+// not prepared (its volumes on disk from before a restart). An entry released while the
+// caller waited for its lock is not handed out.
+func (m *Manager) lockPod(uid types.UID) *podVolumes {
+	for {
+		m.mu.Lock()
+		pv := m.pods[uid]
+		if pv == nil {
+			pv = &podVolumes{volumes: map[string]*volume{}}
+			m.pods[uid] = pv
+		}
+		m.mu.Unlock()
+		pv.op.Lock()
+		m.mu.Lock()
+		current := m.pods[uid] == pv
+		m.mu.Unlock()
+		if current {
+			return pv
+		}
+		pv.op.Unlock() // released while we waited: take the pod's new entry
 	}
-	return pv
 }
 
 // Prepare makes every volume of pod ready and returns its containers' mounts. It is safe to
@@ -194,8 +209,7 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 			return nil, err
 		}
 	}
-	pv := m.podEntry(pod)
-	pv.op.Lock()
+	pv := m.lockPod(pod.UID)
 	defer pv.op.Unlock()
 	m.mu.Lock()
 	pv.prepared = m.clk.Now()
@@ -369,21 +383,38 @@ func propagation(p *corev1.MountPropagationMode) volumesv1.MountPropagation {
 // Release tears down a pod's volumes: tmpfs unmounted, directories removed. Host paths are
 // never touched.
 func (m *Manager) Release(ctx context.Context, uid types.UID) error {
+	_, err := m.release(ctx, uid, time.Time{})
+	return err
+}
+
+// release is Release; with since set, only when the pod's volumes were not prepared at or
+// after since (checked under the pod's lock, so a Prepare that just finished is kept). It
+// reports whether it released.
+func (m *Manager) release(ctx context.Context, uid types.UID, since time.Time) (bool, error) {
 	if err := validName("pod uid", string(uid)); err != nil {
-		return err
+		return false, err
 	}
+	pv := m.lockPod(uid)
+	defer pv.op.Unlock()
 	m.mu.Lock()
-	pv := m.pods[uid]
+	recent := !since.IsZero() && !pv.prepared.Before(since)
 	m.mu.Unlock()
-	if pv != nil {
-		pv.op.Lock()
-		defer pv.op.Unlock()
+	if recent {
+		return false, nil
+	}
+	if m.releasing != nil {
+		m.releasing(uid)
 	}
 	done := m.during("releasing the volumes of pod " + string(uid))
 	err := m.tearDownDir(uid)
 	done()
 	if err != nil {
-		return err
+		m.mu.Lock()
+		if pv.pod == nil {
+			delete(m.pods, uid) // an entry made for this release only
+		}
+		m.mu.Unlock()
+		return false, err
 	}
 	m.mu.Lock()
 	delete(m.pods, uid)
@@ -391,7 +422,7 @@ func (m *Manager) Release(ctx context.Context, uid types.UID) error {
 	if m.released != nil {
 		m.released(uid)
 	}
-	return nil
+	return true, nil
 }
 
 // tearDownDir removes <pods>/<uid>/volume-subpaths and <pods>/<uid>/volumes, unmounting
@@ -470,18 +501,14 @@ func (m *Manager) CleanupOrphans(ctx context.Context, known map[types.UID]bool, 
 		if known[uid] {
 			continue
 		}
-		m.mu.Lock()
-		pv := m.pods[uid]
-		recent := pv != nil && !pv.prepared.Before(since)
-		m.mu.Unlock()
-		if recent {
-			continue
-		}
-		if err := m.Release(ctx, uid); err != nil {
+		ok, err := m.release(ctx, uid, since)
+		if err != nil {
 			m.log.Warn("release orphaned volumes", "pod", uid, "err", err)
 			continue
 		}
-		released = append(released, uid)
+		if ok {
+			released = append(released, uid)
+		}
 	}
 	return released
 }

@@ -223,6 +223,45 @@ func TestReleaseAndOrphans(t *testing.T) {
 	}
 }
 
+// TestOrphanReleaseNeverUndoesAConcurrentPrepare: after a restart (volumes on disk, none
+// in memory) podsync's Prepare of a pod arrives while an orphan release of it tears down:
+// the Prepare waits for the release and sets the volume up again, so what it returns is
+// never torn down under the container (the release used to run without the pod's lock).
+func TestOrphanReleaseNeverUndoesAConcurrentPrepare(t *testing.T) {
+	m, clk := newTestManager(t, &fakePayloads{content: "x"})
+	vols := []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+	pod := testPod("racy", vols, nil)
+	if _, err := m.Prepare(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	m2 := NewManager(ManagerOptions{PodsDir: m.podsDir, Payloads: m.payloads, Clock: clk, Log: m.log})
+	prepared := make(chan error, 1)
+	m2.releasing = func(types.UID) {
+		go func() {
+			_, err := m2.Prepare(context.Background(), pod)
+			prepared <- err
+		}()
+		select { // give the Prepare every chance to run now
+		case err := <-prepared:
+			prepared <- err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	since := clk.Now()
+	if got := m2.CleanupOrphans(context.Background(), map[types.UID]bool{}, since); len(got) != 1 {
+		t.Fatalf("released %v, want the pod nobody had", got)
+	}
+	if err := <-prepared; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(m.podsDir, "racy", "volumes", "kubernetes.io~configmap", "cfg", "key")); err != nil {
+		t.Fatalf("the volume Prepare returned is gone: %v", err)
+	}
+	if !m2.Prepared("racy") {
+		t.Errorf("the pod prepared after the release is not known as prepared")
+	}
+}
+
 func TestUpdatesReachTheFiles(t *testing.T) {
 	p := &fakePayloads{content: "v1"}
 	m, _ := newTestManager(t, p)
