@@ -77,7 +77,6 @@ func TestPullPolicy(t *testing.T) {
 	}
 }
 
-
 func TestReadyConditionReadinessGates(t *testing.T) {
 	p := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}}}}
 	c := readyCondition(p, true, "ContainersNotReady", "")
