@@ -20,6 +20,8 @@ const (
 	PauseImage      = "unitlet.local/pause:1"
 	BusyboxImage    = "unitlet.local/busybox:1"
 	TestServerImage = "unitlet.local/testserver:1"
+	// NonRootImage is BusyboxImage run as uid 65534 (its config's User).
+	NonRootImage = "unitlet.local/busybox-nonroot:1"
 )
 
 // imageFile is one file of an image's only layer.
@@ -35,6 +37,7 @@ type image struct {
 	ref   string
 	files map[string]imageFile
 	cmd   []string
+	user  string // the config's User, when set
 }
 
 // buildImages writes each test image as a docker-archive tar into the cache, named by the
@@ -76,6 +79,7 @@ func (h *Harness) buildImages() (map[string]string, error) {
 	images := []image{
 		{ref: PauseImage, files: map[string]imageFile{"pause": {mode: 0o755, content: pause}}, cmd: []string{"/pause"}},
 		{ref: BusyboxImage, files: bb, cmd: []string{"sh"}},
+		{ref: NonRootImage, files: bb, cmd: []string{"sh"}, user: "65534"},
 		{ref: TestServerImage, files: ts, cmd: []string{"/bin/testserver", "serve"}},
 	}
 	out := map[string]string{}
@@ -148,11 +152,15 @@ func (img image) archive() ([]byte, error) {
 		return nil, err
 	}
 	diffID := sha256.Sum256(layer.Bytes())
+	runConfig := map[string]any{"Cmd": img.cmd, "Env": []string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}}
+	if img.user != "" {
+		runConfig["User"] = img.user
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
 		"created":      epoch.UTC().Format(time.RFC3339),
-		"config":       map[string]any{"Cmd": img.cmd, "Env": []string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}},
+		"config":       runConfig,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
@@ -66,8 +67,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	sysctls, err := admission.NewSysctls(admission.SafeSysctls(admission.KernelRelease()), kc.AllowedUnsafeSysctls)
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
 	svc := NewService(ServiceOptions{
-		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods),
+		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
 		SourcesWanted: wantedSources(kc, client), EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Events: events,
 	})
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))

@@ -42,6 +42,7 @@ type Service struct {
 	relister *relist.Relister
 	node     func() *corev1.Node
 	maxPods  int
+	sysctls  *admission.Sysctls
 	metrics  *metrics
 	// sourcesWanted are the sources that must report once before podsync removes pods
 	// the runtime has and nobody wants (after a restart, not before it knows them all).
@@ -75,6 +76,8 @@ type ServiceOptions struct {
 	// Node gives the node as admission sees it.
 	Node    func() *corev1.Node
 	MaxPods int
+	// Sysctls is the sysctl allowlist admission applies (nil: the kernel's safe sysctls).
+	Sysctls *admission.Sysctls
 	// SourcesWanted are the pod sources that must report once before pods the runtime has
 	// and nobody wants are removed.
 	SourcesWanted []string
@@ -88,7 +91,7 @@ type ServiceOptions struct {
 // the service's own callbacks (Report and RuntimeChanged).
 func NewService(o ServiceOptions) *Service {
 	s := &Service{
-		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sourcesWanted: o.SourcesWanted,
+		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sysctls: o.Sysctls, sourcesWanted: o.SourcesWanted,
 		evictionSocket: o.EvictionSocket, events: o.Events,
 		staticChanged: make(chan struct{}, 1),
 		metrics:       newMetrics(o.Registry),
@@ -238,7 +241,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 			active = append(active, q)
 		}
 	}
-	r := admission.Admit(p, s.node(), active, s.maxPods)
+	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls)
 	if !r.Admit {
 		s.metrics.rejected.WithLabelValues(r.Reason).Inc()
 		s.log.Info("pod rejected by admission", "pod", p.Namespace+"/"+p.Name, "reason", r.Reason, "message", r.Message)

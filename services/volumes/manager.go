@@ -22,6 +22,7 @@ import (
 	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
 	"github.com/unitlet/unitlet/services/volumes/emptydir"
 	"github.com/unitlet/unitlet/services/volumes/hostpath"
+	"github.com/unitlet/unitlet/services/volumes/ownership"
 	"github.com/unitlet/unitlet/services/volumes/subpath"
 	"github.com/unitlet/unitlet/services/volumes/usage"
 )
@@ -316,6 +317,13 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	}
 	if err := w.Write(payload, nil); err != nil {
 		return nil, err
+	}
+	// As the kubelet after every set-up of these kinds: the whole volume, its root and
+	// ..data link included, to the fsGroup (read-only bits: containers cannot write it).
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		if err := ownership.Set(dir, *sc.FSGroup, true); err != nil {
+			return nil, err
+		}
 	}
 	return &volume{name: v.Name, plugin: plugin, path: dir, memory: memory}, nil
 }

@@ -95,9 +95,11 @@ func (f failure) result() Result {
 
 // Admit decides whether pod may run on node next to active, the pods already admitted and
 // not yet terminated (pod itself, matched by UID, is left out of them). maxPods caps the
-// number of pods; when it is 0 or less, node.status.allocatable[pods] is the cap.
+// number of pods; when it is 0 or less, node.status.allocatable[pods] is the cap. sysctls
+// is the node's sysctl allowlist (nil: the safe sysctls of the running kernel).
 //
-// The checks and their order are the kubelet's: the pod's kubernetes.io/os label and
+// The checks and their order are the kubelet's: the pod's sysctls (SysctlForbidden),
+// then the predicates: the pod's kubernetes.io/os label and
 // spec.os against this node's OS, spec.securityContext.supplementalGroupsPolicy=Strict
 // against node.status.features; then pod count and resource requests against allocatable
 // less the active pods' requests, nodeSelector and required node affinity,
@@ -105,9 +107,12 @@ func (f failure) result() Result {
 // reported. Mirror pods are always admitted (the kubelet admits the static pod, never its
 // mirror); static pods skip the taint check; critical pods are not rejected for resources
 // (see Result.Shortfall).
-func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int) Result {
+func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int, sysctls *Sysctls) Result {
 	if isMirrorPod(pod) {
 		return Result{Admit: true}
+	}
+	if r := sysctls.check(pod); r != nil {
+		return *r
 	}
 	if node == nil {
 		return Result{Reason: ReasonInvalidNodeInfo, Message: "Kubelet cannot get node info."}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 	resourcehelper "k8s.io/component-helpers/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -179,7 +180,7 @@ func sandboxLinux(pod *corev1.Pod, o Options) (*runtimeapi.LinuxPodSandboxConfig
 	}
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		for _, s := range psc.Sysctls {
-			lc.Sysctls[s.Name] = s.Value
+			lc.Sysctls[utilsysctl.NormalizeName(s.Name)] = s.Value
 		}
 		if psc.RunAsUser != nil {
 			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}

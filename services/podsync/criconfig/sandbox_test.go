@@ -234,3 +234,17 @@ func TestSandboxNamespacesAndHostNetwork(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxSysctlsDotted: a sysctl written with slashes reaches the runtime in the dotted
+// form, as the kubelet converts it (ConvertPodSysctlsVariableToDotsSeparator).
+func TestSandboxSysctlsDotted(t *testing.T) {
+	pod := testPod()
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net/ipv4/ping_group_range", Value: "0 1"}}}
+	cfg, err := SandboxConfig(pod, 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Linux.Sysctls; len(got) != 1 || got["net.ipv4.ping_group_range"] != "0 1" {
+		t.Errorf("sysctls %v, want net.ipv4.ping_group_range", got)
+	}
+}

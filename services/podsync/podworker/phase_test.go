@@ -1,7 +1,6 @@
 package podworker
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -77,26 +76,6 @@ func TestPullPolicy(t *testing.T) {
 		}
 	}
 }
-
-func TestLogTail(t *testing.T) {
-	dir := t.TempDir()
-	path := dir + "/0.log"
-	content := "2026-01-01T00:00:00Z stdout F first\n2026-01-01T00:00:01Z stderr F second line\n"
-	if err := writeFile(path, content); err != nil {
-		t.Fatal(err)
-	}
-	if got := logTail(path, 80, 2048); got != "first\nsecond line\n" {
-		t.Errorf("logTail = %q", got)
-	}
-	if got := logTail(path, 1, 2048); got != "second line\n" {
-		t.Errorf("logTail of the last line = %q", got)
-	}
-	if got := logTail(path, 80, 5); got != "line\n" {
-		t.Errorf("logTail cut to 5 bytes = %q", got)
-	}
-}
-
-func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
 
 func TestReadyConditionReadinessGates(t *testing.T) {
 	p := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}}}}

@@ -91,6 +91,9 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		}
 	}
 	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, cm, pe, w.m.o.Objects, w.m.o.CRI)
+	if err == nil {
+		err = w.verifyRunAsNonRoot(ctx, pod, c)
+	}
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -218,6 +221,22 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	w.m.pulls.DeleteEntry(key)
 	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s", c.Image, w.m.o.Clock.Since(start).Round(time.Millisecond)))
 	return nil
+}
+
+// verifyRunAsNonRoot checks runAsNonRoot against the user the image runs as, read from the
+// runtime as the kubelet's getImageUser does: a numeric uid, else a user name, else root.
+func (w *worker) verifyRunAsNonRoot(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	st, err := w.m.o.Runtime.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: c.Image}})
+	if err != nil {
+		return err
+	}
+	uid, user := new(int64), ""
+	if img := st.GetImage(); img.GetUid() != nil {
+		uid = &img.GetUid().Value
+	} else if img.GetUsername() != "" {
+		uid, user = nil, img.GetUsername()
+	}
+	return criconfig.VerifyRunAsNonRoot(pod, c, uid, user)
 }
 
 // hasSubPath reports whether one of c's volumeMounts has a subPath.

@@ -1,11 +1,7 @@
 package podworker
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -15,14 +11,6 @@ import (
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/relist"
-)
-
-// maxTerminationMessage is the most of a termination message the status carries (the
-// kubelet's 4 KiB), and fallbackLogLines/Bytes how much of the log stands in for it.
-const (
-	maxTerminationMessage = 4096
-	fallbackLogLines      = 80
-	fallbackLogBytes      = 2048
 )
 
 // status computes the pod's status from its spec and the runtime's state, as the kubelet's
@@ -128,6 +116,7 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 		out.Conditions[1] = cond(corev1.PodInitialized, true, "", "")
 	}
 	w.keepTransitionTimes(&out)
+	limitTerminationMessages(pod, &out)
 	return out
 }
 
@@ -301,54 +290,8 @@ func (w *worker) terminatedState(c *corev1.Container, inst *relist.Container) *c
 			t.Reason = "Completed"
 		}
 	}
-	if msg := readLimited(inst.TerminationMessageHostPath, maxTerminationMessage); msg != "" {
-		t.Message = msg
-	} else if c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError && inst.ExitCode != 0 {
-		t.Message = logTail(inst.LogPath, fallbackLogLines, fallbackLogBytes)
-	}
+	t.Message = terminationMessage(c, inst)
 	return t
-}
-
-func readLimited(path string, n int64) string {
-	if path == "" {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return string(b)
-}
-
-// logTail is the message part of the last lines of a CRI log file ("<time> <stream> <tag>
-// <message>"), at most maxBytes from the end.
-func logTail(path string, lines, maxBytes int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	var msgs []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), " ", 4)
-		if len(f) == 4 {
-			msgs = append(msgs, f[3])
-		}
-	}
-	if len(msgs) > lines {
-		msgs = msgs[len(msgs)-lines:]
-	}
-	s := strings.Join(msgs, "\n")
-	if len(msgs) > 0 {
-		s += "\n"
-	}
-	if len(s) > maxBytes {
-		s = s[len(s)-maxBytes:]
-	}
-	return s
 }
 
 // phase is the pod's phase from its containers' statuses (the kubelet's getPhase).

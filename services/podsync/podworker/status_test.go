@@ -551,46 +551,6 @@ func TestTerminationMessage(t *testing.T) {
 	}
 }
 
-func TestLogTailCases(t *testing.T) {
-	dir := t.TempDir()
-	var b strings.Builder
-	for i := range 100 {
-		b.WriteString("2026-01-01T00:00:00Z stdout F line")
-		b.WriteString(strings.Repeat("-", i%3))
-		b.WriteString("\n")
-	}
-	b.WriteString("malformed\n")
-	b.WriteString("2026-01-01T00:00:00Z stdout P partial with spaces \n")
-	path := filepath.Join(dir, "log")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name            string
-		path            string
-		lines, maxBytes int
-		want            string
-		wantLines       int
-	}{
-		{name: "missing file", path: filepath.Join(dir, "none"), lines: 80, maxBytes: 2048, want: ""},
-		{name: "last two lines, malformed skipped, message spaces kept", path: path, lines: 2, maxBytes: 2048, want: "line\npartial with spaces \n"},
-		{name: "80 of 101 lines", path: path, lines: 80, maxBytes: 1 << 20, wantLines: 80},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := logTail(tc.path, tc.lines, tc.maxBytes)
-			if tc.wantLines > 0 {
-				if n := strings.Count(got, "\n"); n != tc.wantLines {
-					t.Errorf("%d lines, want %d", n, tc.wantLines)
-				}
-				return
-			}
-			if got != tc.want {
-				t.Errorf("logTail = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestLastTransitionTimeKeptWhileUnchanged(t *testing.T) {
 	pod := testPod(corev1.RestartPolicyAlways, nil, "app")
 	f := newStatusFixture(pod, nil)

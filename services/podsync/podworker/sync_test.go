@@ -54,6 +54,8 @@ type memCRI struct {
 	images     map[string]bool
 	calls      []string         // "<Method> <detail>", in order
 	stopGrace  map[string]int64 // StopContainer timeout by container ID
+
+	imageUsers map[string]*runtimeapi.Image // the uid or username an image runs as
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -168,7 +170,8 @@ func (f *memCRI) ImageStatus(_ context.Context, in *runtimeapi.ImageStatusReques
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.images[in.GetImage().GetImage()] {
-		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + in.GetImage().GetImage()}}, nil
+		u := f.imageUsers[in.GetImage().GetImage()]
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + in.GetImage().GetImage(), Uid: u.GetUid(), Username: u.GetUsername()}}, nil
 	}
 	return &runtimeapi.ImageStatusResponse{}, nil
 }

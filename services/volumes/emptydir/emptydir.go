@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/unitlet/unitlet/services/volumes/ownership"
 )
 
 const (
@@ -229,26 +231,16 @@ func podMemoryLimit(pod *corev1.Pod) *resource.Quantity {
 	return &limit
 }
 
-// ApplyFSGroup gives the emptyDir at dir to a pod's fsGroup, as the kubelet does: the
-// directory's group becomes fsGroup and it becomes set-group-ID (mode 2777), so that what
-// the pod's containers create in it belongs to the group too. A directory that already
-// has the group and the bit is left alone (the contents are the pod's); nil does nothing.
+// ApplyFSGroup gives the emptyDir at dir to a pod's fsGroup, as the kubelet does when it
+// sets one up: the directory and what it holds take the group, and directories become
+// set-group-ID (the root 02777), so that what the pod's containers create in it belongs
+// to the group too. The kubelet does this once, at the first set-up (an empty directory);
+// so here it is done only while the root lacks the group or the bits, whatever the pod's
+// fsGroupChangePolicy, which the kubelet does not apply to emptyDirs either. nil does
+// nothing.
 func ApplyFSGroup(dir string, fsGroup *int64) error {
-	if fsGroup == nil {
+	if fsGroup == nil || ownership.RootMatches(dir, *fsGroup, false) {
 		return nil
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("apply fsGroup %d to %s: %w", *fsGroup, dir, err)
-	}
-	if int64(st.Gid) == *fsGroup && st.Mode&unix.S_ISGID != 0 {
-		return nil
-	}
-	if err := os.Lchown(dir, -1, int(*fsGroup)); err != nil {
-		return fmt.Errorf("apply fsGroup %d to %s: %w", *fsGroup, dir, err)
-	}
-	if err := os.Chmod(dir, volumeMode|fs.ModeSetgid); err != nil {
-		return fmt.Errorf("apply fsGroup %d to %s: set-group-ID: %w", *fsGroup, dir, err)
-	}
-	return nil
+	return ownership.Set(dir, *fsGroup, false)
 }

@@ -369,3 +369,25 @@ func TestApplyFSGroupMakesTheDirectoryTheGroups(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyFSGroupTakesWhatTheVolumeHolds: while the root lacks the group, what the
+// volume already holds is given to it too, as the kubelet's recursive change does.
+func TestApplyFSGroupTakesWhatTheVolumeHolds(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := Setup(dir, corev1.StorageMediumDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "old")
+	if err := os.WriteFile(old, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	group := int64(2000)
+	if err := ApplyFSGroup(dir, &group); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(old, &st); err != nil || st.Gid != 2000 || st.Mode&0o777 != 0o660 {
+		t.Errorf("a file already there: gid %d mode %#o (%v), want 2000 and 0660", st.Gid, st.Mode&0o777, err)
+	}
+}
