@@ -659,6 +659,14 @@ func TestReadinessProbedAsSoonAsStartupPasses(t *testing.T) {
 		ReadinessProbe: execProbe("ready", 100, 0, 1, 3),
 	}
 	pod := testPod("u1", c)
+	// Right after podsync starts, the readiness worker's first probe is spread over its
+	// period: the trigger must cut that wait short too.
+	h.m.jitter = func(p time.Duration) time.Duration {
+		if p == 100*time.Second {
+			return 90 * time.Second
+		}
+		return 0
+	}
 	h.ex.set("startup", 1)
 	h.m.SetContainer(pod, "10.0.0.1", &c, "c1", h.fc.Now())
 	h.settle(2)

@@ -113,6 +113,7 @@ func (w *worker) run(ctx context.Context) {
 
 	// Probes started together right after podsync starts would all fire at once: spread
 	// the first probe over one period, only in that window.
+	// A trigger (readiness once startup passed) ends the wait.
 	if clk.Since(w.m.start) < period {
 		if d := w.m.jitter(period); d > 0 {
 			t := clk.NewTimer(d)
@@ -121,6 +122,8 @@ func (w *worker) run(ctx context.Context) {
 				t.Stop()
 				return
 			case <-t.C():
+			case <-w.trigger:
+				t.Stop()
 			}
 		}
 	}
