@@ -34,7 +34,7 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Admit(testPod("p", tc.opt), testNode(), nil, 110)
+			r := Admit(testPod("p", tc.opt), testNode(), nil, 110, nil)
 			if r.Admit || r.Reason != ReasonUnsupportedPodSpec || !strings.Contains(r.Message, tc.field+": ") {
 				t.Errorf("got %+v, want rejected %s naming %s", r, ReasonUnsupportedPodSpec, tc.field)
 			}
@@ -44,7 +44,7 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		p.Spec.HostUsers = ptr.To(true)
 		p.Spec.InitContainers = []corev1.Container{{Name: "side", Image: "busybox", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 	})
-	if r := Admit(sidecar, testNode(), nil, 110); !r.Admit {
+	if r := Admit(sidecar, testNode(), nil, 110, nil); !r.Admit {
 		t.Errorf("a native sidecar with hostUsers true: %+v, want admitted", r)
 	}
 }
