@@ -44,9 +44,11 @@ func (w *worker) withEtcHosts(pod *corev1.Pod, c *corev1.Container, podIPs []str
 		if nodeFile == "" {
 			nodeFile = criconfig.EtcHostsPath
 		}
+		// The kubelet's waiting message is the bare error ("open /etc/hosts: no such
+		// file or directory"), which names the file.
 		node, err := os.ReadFile(nodeFile)
 		if err != nil {
-			return nil, fmt.Errorf("read the node's hosts file: %w", err)
+			return nil, err
 		}
 		content = criconfig.HostNetworkHostsFile(node, pod.Spec.HostAliases)
 	} else {
