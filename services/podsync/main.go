@@ -79,7 +79,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	probes.RecordEvents(events.Event)
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
-	workers := podworker.NewManager(workerOptions(nc, node, rt, relister, client, probes, volumes, events, svc, clk, reg, log))
+	wo := workerOptions(nc, node, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
+	var services *serviceLister
+	if client != nil {
+		// Standalone, containers get no service-link variables, as with the kubelet.
+		services = newServiceLister(client)
+		wo.Services = services
+	}
+	workers := podworker.NewManager(wo)
 	svc.Attach(workers, relister)
 	health := newRuntimeHealth(rt, relister)
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))
@@ -103,6 +110,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Pod sources: the static pod directory, the static pod URL, the API server.
 	for _, src := range podSources(kc, nodeName, client, svc, log) {
 		d.Go(src.name, src.run)
+	}
+	// Services: the cluster's services, for containers' service-link variables.
+	if services != nil {
+		d.Go("services", services.Run)
 	}
 	// Mirror pods: static pods' mirrors in the API.
 	if client != nil {

@@ -26,13 +26,14 @@ import (
 func workerOptions(nc *nodeconfig.Config, node *corev1.Node, rt *cri.Client, relister *relist.Relister, client kubernetes.Interface,
 	probes *prober.Manager, volumes *busVolumes, events podworker.Recorder, svc *Service, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) podworker.Options {
 	kc, rootDir, hostIPs := nc.KubeletConfiguration, nc.Paths.GetRootDir(), nc.Node.GetIps()
+	hostnameOverride, set := kc.FeatureGates["HostnameOverride"] // beta, on by default
 	return podworker.Options{
 		Runtime: rt,
 		View:    relister,
 		CRI: criconfig.Options{
 			ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: ptr.Deref(kc.ResolverConfig, ""),
 			PodLogsDir: kc.PodLogsDir, PodsDir: filepath.Join(rootDir, "pods"), CgroupDriver: kc.CgroupDriver,
-			NodeName: nc.Node.GetName(), NodeIPs: hostIPs,
+			NodeName: nc.Node.GetName(), NodeIPs: hostIPs, IgnoreHostnameOverride: set && !hostnameOverride,
 		},
 		Objects: apiObjects{client},
 		Probes:  probes,

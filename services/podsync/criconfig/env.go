@@ -31,6 +31,9 @@ type PodEnv struct {
 	// Allocatable is the node's allocatable resources, which stand in for limits a
 	// container does not set in resourceFieldRef values.
 	Allocatable corev1.ResourceList
+	// Services are the services the node knows, of every namespace, for the service-link
+	// variables (see ServiceLinkEnv); none on a node without an API server.
+	Services []*corev1.Service
 }
 
 // Env resolves the container's environment as the kubelet does: envFrom sources first
@@ -38,9 +41,14 @@ type PodEnv struct {
 // a value expands $(VAR) references to variables defined before it. Names from envFrom
 // that cannot be environment variable names are left out and returned in skipped.
 // Optional references to missing ConfigMaps, Secrets or keys are left out; required ones
-// are errors. Service-link variables (FOO_SERVICE_HOST, ...) are not generated.
+// are errors. The service-link variables of pe.Services (see ServiceLinkEnv) come last,
+// those the container defines itself left out; $(VAR) references see them too.
 // The order is the order of first definition.
 func Env(ctx context.Context, pod *corev1.Pod, c *corev1.Container, pe PodEnv, objs Objects) (env []*runtimeapi.KeyValue, skipped []string, err error) {
+	// Pods reach podsync defaulted (by the API server or the static pod sources); unset
+	// means the API default, true. (The kubelet refuses an unset field.)
+	enableLinks := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
+	linkNames, links := ServiceLinkEnv(pod.Namespace, enableLinks, pe.Services)
 	r := envResolver{ctx: ctx, pod: pod, objs: objs, vals: map[string]string{}}
 
 	for i, from := range c.EnvFrom {
@@ -86,7 +94,10 @@ func Env(ctx context.Context, pod *corev1.Pod, c *corev1.Container, pe PodEnv, o
 	}
 
 	lookup := func(name string) (string, bool) {
-		v, ok := r.vals[name]
+		if v, ok := r.vals[name]; ok {
+			return v, ok
+		}
+		v, ok := links[name]
 		return v, ok
 	}
 	for i := range c.Env {
@@ -108,9 +119,14 @@ func Env(ctx context.Context, pod *corev1.Pod, c *corev1.Container, pe PodEnv, o
 		r.set(ev.Name, val)
 	}
 
-	env = make([]*runtimeapi.KeyValue, 0, len(r.order))
+	env = make([]*runtimeapi.KeyValue, 0, len(r.order)+len(linkNames))
 	for _, k := range r.order {
 		env = append(env, &runtimeapi.KeyValue{Key: k, Value: []byte(r.vals[k])})
+	}
+	for _, k := range linkNames {
+		if _, own := r.vals[k]; !own {
+			env = append(env, &runtimeapi.KeyValue{Key: k, Value: []byte(links[k])})
+		}
 	}
 	return env, skipped, nil
 }

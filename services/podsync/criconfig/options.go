@@ -20,6 +20,9 @@ type Options struct {
 	// ResolvConf is the host resolver file pods with dnsPolicy Default start from
 	// (kubelet config resolvConf); empty means no host DNS.
 	ResolvConf string
+	// IgnoreHostnameOverride is set when the HostnameOverride feature gate is off (it is
+	// on by default): spec.hostnameOverride is then not used.
+	IgnoreHostnameOverride bool
 
 	// PodLogsDir is the root of the pod log directories, normally "/var/log/pods".
 	PodLogsDir string

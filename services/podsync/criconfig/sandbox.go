@@ -37,9 +37,10 @@ func SandboxConfig(pod *corev1.Pod, attempt uint32, o Options) (*runtimeapi.PodS
 
 	// On the host network the sandbox keeps the node's hostname.
 	if !pod.Spec.HostNetwork {
-		hostname, err := Hostname(pod, o.ClusterDomain)
+		hostname, err := Hostname(pod, o)
 		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			// Unwrapped: the kubelet's FailedCreatePodSandBox event carries it as is.
+			return nil, err
 		}
 		cfg.Hostname = hostname
 	}
@@ -67,54 +68,66 @@ func ContainerLogPath(containerName string, restartCount int) string {
 	return filepath.Join(containerName, fmt.Sprintf("%d.log", restartCount))
 }
 
-// Hostname is the hostname the pod's sandbox gets: spec.hostname or else the pod name,
-// cut to 63 characters, or spec.hostnameOverride when set; with setHostnameAsFQDN and a
-// subdomain, the FQDN <hostname>.<subdomain>.<ns>.svc.<clusterDomain>.
-func Hostname(pod *corev1.Pod, clusterDomain string) (string, error) {
-	if pod.Spec.HostnameOverride != nil {
+// HostnameAndDomain are the pod's short hostname and its domain, as the kubelet makes
+// them: spec.hostnameOverride when set (and the HostnameOverride feature gate is on),
+// without a domain; else spec.hostname or the pod name; either cut to 63 characters. The
+// domain, with a spec.subdomain, is <subdomain>.<namespace>.svc.<clusterDomain>.
+func HostnameAndDomain(pod *corev1.Pod, o Options) (hostname, domain string, err error) {
+	if pod.Spec.HostnameOverride != nil && !o.IgnoreHostnameOverride {
 		h := *pod.Spec.HostnameOverride
 		if msgs := validation.IsDNS1123Subdomain(h); len(msgs) > 0 {
-			return "", fmt.Errorf("spec.hostnameOverride %q: %s", h, strings.Join(msgs, "; "))
+			return "", "", fmt.Errorf("pod HostnameOverride %q is not a valid DNS subdomain: %s", h, strings.Join(msgs, ";"))
 		}
-		return truncateHostname(h)
+		h, err := truncateHostname(pod.Name, h)
+		return h, "", err
 	}
-	hostname := pod.Name
+	hostname = pod.Name
 	if pod.Spec.Hostname != "" {
 		if msgs := validation.IsDNS1123Label(pod.Spec.Hostname); len(msgs) > 0 {
-			return "", fmt.Errorf("spec.hostname %q: %s", pod.Spec.Hostname, strings.Join(msgs, "; "))
+			return "", "", fmt.Errorf("pod Hostname %q is not a valid DNS label: %s", pod.Spec.Hostname, strings.Join(msgs, ";"))
 		}
 		hostname = pod.Spec.Hostname
 	}
-	hostname, err := truncateHostname(hostname)
+	if hostname, err = truncateHostname(pod.Name, hostname); err != nil {
+		return "", "", err
+	}
+	if pod.Spec.Subdomain != "" {
+		if msgs := validation.IsDNS1123Label(pod.Spec.Subdomain); len(msgs) > 0 {
+			return "", "", fmt.Errorf("pod Subdomain %q is not a valid DNS label: %s", pod.Spec.Subdomain, strings.Join(msgs, ";"))
+		}
+		domain = pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + o.ClusterDomain
+	}
+	return hostname, domain, nil
+}
+
+// Hostname is the hostname the pod's sandbox gets (see HostnameAndDomain); with
+// setHostnameAsFQDN and a domain, the FQDN <hostname>.<domain>, which must fit the
+// kernel's 64-character nodename.
+func Hostname(pod *corev1.Pod, o Options) (string, error) {
+	hostname, domain, err := HostnameAndDomain(pod, o)
 	if err != nil {
 		return "", err
 	}
-	domain := ""
-	if pod.Spec.Subdomain != "" {
-		if msgs := validation.IsDNS1123Label(pod.Spec.Subdomain); len(msgs) > 0 {
-			return "", fmt.Errorf("spec.subdomain %q: %s", pod.Spec.Subdomain, strings.Join(msgs, "; "))
-		}
-		domain = pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + clusterDomain
+	if domain == "" || pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN {
+		return hostname, nil
 	}
-	if domain != "" && pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN {
-		// The kernel's nodename field holds 64 characters.
-		fqdn := hostname + "." + domain
-		if len(fqdn) > 64 {
-			return "", fmt.Errorf("spec.setHostnameAsFQDN: FQDN %s is %d characters, more than 64", fqdn, len(fqdn))
-		}
-		return fqdn, nil
+	const maxFQDN = 64
+	fqdn := hostname + "." + domain
+	if len(fqdn) > maxFQDN {
+		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)", fqdn, maxFQDN, len(fqdn))
 	}
-	return hostname, nil
+	return fqdn, nil
 }
 
-func truncateHostname(h string) (string, error) {
+// truncateHostname cuts a hostname to 63 characters, then drops trailing '-' and '.'.
+func truncateHostname(podName, h string) (string, error) {
 	const maxLen = 63
 	if len(h) <= maxLen {
 		return h, nil
 	}
 	t := strings.TrimRight(h[:maxLen], "-.")
 	if t == "" {
-		return "", fmt.Errorf("hostname %q: nothing left after cutting to %d characters", h, maxLen)
+		return "", fmt.Errorf("hostname for pod %q was invalid: %q", podName, h)
 	}
 	return t, nil
 }

@@ -12,45 +12,68 @@ import (
 func TestHostname(t *testing.T) {
 	long := strings.Repeat("a", 62) + "-b"
 	tests := []struct {
-		name    string
-		mutate  func(*corev1.Pod)
-		want    string
-		wantErr string
+		name       string
+		mutate     func(*corev1.Pod, *Options)
+		want       string
+		wantDomain string
+		wantErr    string
 	}{
-		{"pod name", nil, "web", ""},
-		{"spec.hostname", func(p *corev1.Pod) { p.Spec.Hostname = "db-0" }, "db-0", ""},
-		{"subdomain alone keeps short name", func(p *corev1.Pod) { p.Spec.Hostname = "db-0"; p.Spec.Subdomain = "db" }, "db-0", ""},
-		{"FQDN", func(p *corev1.Pod) {
+		{"pod name", nil, "web", "", ""},
+		{"spec.hostname", func(p *corev1.Pod, _ *Options) { p.Spec.Hostname = "db-0" }, "db-0", "", ""},
+		{"subdomain alone keeps short name", func(p *corev1.Pod, _ *Options) { p.Spec.Hostname = "db-0"; p.Spec.Subdomain = "db" },
+			"db-0", "db.shop.svc.cluster.local", ""},
+		{"FQDN", func(p *corev1.Pod, _ *Options) {
 			p.Spec.Hostname = "db-0"
 			p.Spec.Subdomain = "db"
 			p.Spec.SetHostnameAsFQDN = ptrTo(true)
-		}, "db-0.db.shop.svc.cluster.local", ""},
-		{"FQDN without subdomain is the hostname", func(p *corev1.Pod) { p.Spec.SetHostnameAsFQDN = ptrTo(true) }, "web", ""},
-		{"FQDN too long", func(p *corev1.Pod) {
+		}, "db-0.db.shop.svc.cluster.local", "db.shop.svc.cluster.local", ""},
+		{"FQDN without subdomain is the hostname", func(p *corev1.Pod, _ *Options) { p.Spec.SetHostnameAsFQDN = ptrTo(true) }, "web", "", ""},
+		{"FQDN of exactly 64 characters", func(p *corev1.Pod, _ *Options) {
+			p.Spec.Hostname = strings.Repeat("h", 64-len(".db.shop.svc.cluster.local"))
+			p.Spec.Subdomain = "db"
+			p.Spec.SetHostnameAsFQDN = ptrTo(true)
+		}, strings.Repeat("h", 64-len(".db.shop.svc.cluster.local")) + ".db.shop.svc.cluster.local", "db.shop.svc.cluster.local", ""},
+		{"FQDN too long", func(p *corev1.Pod, _ *Options) {
 			p.Spec.Hostname = strings.Repeat("h", 40)
 			p.Spec.Subdomain = "db"
 			p.Spec.SetHostnameAsFQDN = ptrTo(true)
-		}, "", "more than 64"},
-		{"long pod name cut at 63 without trailing dash", func(p *corev1.Pod) { p.Name = long }, strings.Repeat("a", 62), ""},
-		{"invalid hostname", func(p *corev1.Pod) { p.Spec.Hostname = "Not_Valid" }, "", "spec.hostname"},
-		{"invalid subdomain", func(p *corev1.Pod) { p.Spec.Subdomain = "a.b" }, "", "spec.subdomain"},
-		{"hostnameOverride", func(p *corev1.Pod) { p.Spec.HostnameOverride = ptrTo("custom.host"); p.Spec.Hostname = "x" }, "custom.host", ""},
+		}, "", "db.shop.svc.cluster.local",
+			"failed to construct FQDN from pod hostname and cluster domain, FQDN " + strings.Repeat("h", 40) + ".db.shop.svc.cluster.local is too long (64 characters is the max, 66 characters requested)"},
+		{"long pod name cut at 63 without trailing dash", func(p *corev1.Pod, _ *Options) { p.Name = long }, strings.Repeat("a", 62), "", ""},
+		{"invalid hostname", func(p *corev1.Pod, _ *Options) { p.Spec.Hostname = "Not_Valid" }, "", "", `pod Hostname "Not_Valid" is not a valid DNS label: `},
+		{"invalid subdomain", func(p *corev1.Pod, _ *Options) { p.Spec.Subdomain = "a.b" }, "", "", `pod Subdomain "a.b" is not a valid DNS label: `},
+		{"hostnameOverride wins and has no domain", func(p *corev1.Pod, _ *Options) {
+			p.Spec.HostnameOverride = ptrTo("custom.host")
+			p.Spec.Hostname = "x"
+			p.Spec.Subdomain = "db"
+			p.Spec.SetHostnameAsFQDN = ptrTo(true)
+		}, "custom.host", "", ""},
+		{"hostnameOverride ignored with the gate off", func(p *corev1.Pod, o *Options) {
+			p.Spec.HostnameOverride = ptrTo("custom.host")
+			o.IgnoreHostnameOverride = true
+		}, "web", "", ""},
+		{"invalid hostnameOverride", func(p *corev1.Pod, _ *Options) { p.Spec.HostnameOverride = ptrTo("Bad_Name") }, "", "",
+			`pod HostnameOverride "Bad_Name" is not a valid DNS subdomain: `},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := testPod()
+			o := Options{ClusterDomain: "cluster.local"}
 			if tt.mutate != nil {
-				tt.mutate(pod)
+				tt.mutate(pod, &o)
 			}
-			got, err := Hostname(pod, "cluster.local")
+			got, err := Hostname(pod, o)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to mention %q", err, tt.wantErr)
+				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to start with %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
 				t.Errorf("Hostname = %q, %v; want %q", got, err, tt.want)
+			}
+			if _, domain, _ := HostnameAndDomain(pod, o); domain != tt.wantDomain {
+				t.Errorf("domain = %q, want %q", domain, tt.wantDomain)
 			}
 		})
 	}

@@ -90,7 +90,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 	}
-	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, cm, pe, w.m.o.Objects, w.m.o.CRI)
+	cfg, termPath, err := w.containerConfig(ctx, pod, c, restartCount, ips, cm, pe)
 	if err == nil {
 		err = w.verifyRunAsNonRoot(ctx, pod, c)
 	}

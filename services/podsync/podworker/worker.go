@@ -107,6 +107,11 @@ type Options struct {
 	// Volumes prepares pods' volumes before their containers start and releases them after
 	// the pod terminated; nil runs pods without their volumes' mounts.
 	Volumes Volumes
+	// Services are the cluster's services for service-link variables; nil (a node without
+	// an API server) gives none.
+	Services Services
+	// NodeHostsFile is the node's hosts file, which host-network pods see; "" is /etc/hosts.
+	NodeHostsFile string
 }
 
 // Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).
@@ -275,6 +280,7 @@ func (m *Manager) startLocked(w *worker) {
 
 // forget removes a worker whose pod is terminated and no longer wanted.
 func (m *Manager) forget(w *worker) {
+	m.removePodFiles(w)
 	m.mu.Lock()
 	if m.workers[w.uid] == w {
 		delete(m.workers, w.uid)
