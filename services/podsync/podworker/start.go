@@ -90,7 +90,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 	}
-	cfg, termPath, err := criconfig.ContainerConfig(ctx, pod, c, restartCount, cm, pe, w.m.o.Objects, w.m.o.CRI)
+	cfg, termPath, err := w.containerConfig(ctx, pod, c, rp, restartCount, cm, pe)
 	if err != nil {
 		w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -128,7 +128,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	w.setWaiting(c.Name, "", "")
 	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)
 	started := w.m.o.Clock.Now()
-	if !init && w.m.o.Probes != nil {
+	if !init && w.m.o.Probes != nil && ephemeralSpec(pod, c.Name) == nil {
 		w.m.o.Probes.SetContainer(pod, first(ips), c, created.ContainerId, started)
 	}
 	if h := postStart(c); h != nil && w.m.o.Hooks != nil {

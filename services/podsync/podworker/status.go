@@ -83,6 +83,8 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 		}
 	}
 
+	out.EphemeralContainerStatuses = w.ephemeralStatuses(pod, rp, sb, waiting)
+
 	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses)
 	if st.killReason != "" {
 		out.Phase, out.Reason, out.Message = corev1.PodFailed, st.killReason, st.killMsg

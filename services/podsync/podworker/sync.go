@@ -168,6 +168,7 @@ func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod) (map[string]
 // pod needs another sync at the latest (a backoff ending), 0 for the usual resync.
 func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) (time.Duration, error) {
 	sb := rp.ReadySandbox()
+	newSandbox := sb == nil // ephemeral containers wait for the next sync
 	if sb == nil {
 		// No ready sandbox: kill what is left and make a new one, unless the pod has
 		// already run and must not be restarted.
@@ -234,6 +235,11 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
 			return time.Second, err
 		}
+	}
+
+	// Ephemeral containers (ephemeral.go): before the init containers, as the kubelet.
+	if !newSandbox {
+		w.startEphemeral(ctx, pod, sb, sbCfg, rp)
 	}
 
 	// Init containers, in order: each must exit 0 before the next starts.
@@ -399,5 +405,6 @@ func refs(pod *corev1.Pod, rp *relist.Pod) []ContainerRef {
 	}
 	add(pod.Spec.InitContainers, true)
 	add(pod.Spec.Containers, false)
+	add(ephemeralContainers(pod), false)
 	return out
 }
