@@ -61,6 +61,12 @@ func waitNodeReady(t *testing.T, within time.Duration) *corev1.Node {
 // kubectl runs the stack's kubectl as the cluster admin.
 func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return kubectlInput(ctx, t, nil, args...)
+}
+
+// kubectlInput runs the stack's kubectl as the cluster admin with stdin (nil: none).
+func kubectlInput(ctx context.Context, t *testing.T, stdin io.Reader, args ...string) (string, error) {
+	t.Helper()
 	repo, err := integration.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +77,7 @@ func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) 
 	}
 	cmd := exec.CommandContext(ctx, bins.Kubectl, append([]string{"--kubeconfig=" + stack.AdminKubeconfig()}, args...)...)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &out
 	err = cmd.Run()
 	return out.String(), err
 }
