@@ -143,11 +143,13 @@ func TestPodspecKubectlDebugAttach(t *testing.T) {
 	createPod(t, busyboxPod("eph-attach", "exec sleep 31338"))
 	apiPodRunningReady(t, "eph-attach", time.Minute)
 
-	out, err := kubectlInput(ctx, t, strings.NewReader("hello\n"), "debug", "-i", "eph-attach",
+	out, err := kubectlInput(ctx, t, "hello\n", "debug", "-i", "eph-attach",
 		"--image="+harness.BusyboxImage, "--image-pull-policy=Never", "--target=main", "-c", "dbg", "--",
 		"sh", "-c", `read line; echo "got $line"; cat /proc/1/cmdline; echo`)
 	if err != nil || !strings.Contains(out, "got hello") || !strings.Contains(out, "sleep\x0031338") {
-		t.Errorf("kubectl debug -i --target=main: %v\n%q\nwant what was typed echoed and the target's sleep 31338", err, out)
+		logs, lerr := kubectl(ctx, t, "logs", "eph-attach", "-c", "dbg")
+		t.Errorf("kubectl debug -i --target=main: %v\n%q\nwant what was typed echoed and the target's sleep 31338; the container's log: %q (%v)",
+			err, out, logs, lerr)
 	}
 	p := waitEphemeral(t, 30*time.Second, "eph-attach", "dbg", "Terminated", func(cs *corev1.ContainerStatus) bool { return cs.State.Terminated != nil })
 	if cs := ephemeralStatus(p, "dbg"); cs.State.Terminated.ExitCode != 0 || cs.State.Terminated.Reason != "Completed" || cs.RestartCount != 0 {
