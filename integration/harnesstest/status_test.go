@@ -61,6 +61,14 @@ func waitNodeReady(t *testing.T, within time.Duration) *corev1.Node {
 // kubectl runs the stack's kubectl as the cluster admin.
 func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return kubectlInput(ctx, t, "", args...)
+}
+
+// kubectlInput runs the stack's kubectl as the cluster admin with input on its stdin. The
+// stdin stays open until kubectl exits: containerd ends an attach (of a container without
+// stdinOnce) as soon as the client's stdin closes, before the container's answer.
+func kubectlInput(ctx context.Context, t *testing.T, input string, args ...string) (string, error) {
+	t.Helper()
 	repo, err := integration.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +80,19 @@ func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) 
 	cmd := exec.CommandContext(ctx, bins.Kubectl, append([]string{"--kubeconfig=" + stack.AdminKubeconfig()}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	if input == "" {
+		err = cmd.Run()
+		return out.String(), err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	_, _ = io.WriteString(stdin, input)
+	err = cmd.Wait()
 	return out.String(), err
 }
 

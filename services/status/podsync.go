@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -162,7 +163,7 @@ func (p podsyncClient) Container(ctx context.Context, namespace, pod, container 
 			return podlogs.ContainerLog{}, apierrors.NewBadRequest(fmt.Sprintf("container %q in pod %q is waiting to start", container, pod))
 		}
 		out := podlogs.ContainerLog{PodUID: bp.GetUid(), ContainerID: c.GetId(), Path: c.GetLogPath()}
-		for _, cs := range append(append([]corev1.ContainerStatus{}, st.InitContainerStatuses...), st.ContainerStatuses...) {
+		for _, cs := range slices.Concat(st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses) {
 			if cs.Name == container {
 				out.RestartCount = int(cs.RestartCount)
 			}

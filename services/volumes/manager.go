@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -239,12 +240,25 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 }
 
 func hasContainer(pod *corev1.Pod, name string) bool {
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	for _, c := range containers(pod) {
 		if c.Name == name {
 			return true
 		}
 	}
 	return false
+}
+
+// containers are the pod's init, app and ephemeral containers. An ephemeral container
+// with a subPath (which the API server forbids, and podsync refuses to start) is left out
+// rather than have its subPath bind-mounted.
+func containers(pod *corev1.Pod) []corev1.Container {
+	out := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, ec := range pod.Spec.EphemeralContainers {
+		if !slices.ContainsFunc(ec.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.SubPath != "" || vm.SubPathExpr != "" }) {
+			out = append(out, corev1.Container(ec.EphemeralContainerCommon))
+		}
+	}
+	return out
 }
 
 // subPathTarget is where the i-th volumeMount of a container, with a subPath into volume,
@@ -333,8 +347,7 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 // mount point is what the runtime gets.
 func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume, container string) ([]*volumesv1.ContainerMounts, error) {
 	var out []*volumesv1.ContainerMounts
-	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range containers {
+	for _, c := range containers(pod) {
 		if container != "" && c.Name != container {
 			continue
 		}

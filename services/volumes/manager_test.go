@@ -298,3 +298,32 @@ func TestNamesThatLeaveThePodDirectoryAreRefused(t *testing.T) {
 		t.Errorf("Prepare with volume name ../x: no error")
 	}
 }
+
+func TestEphemeralContainersGetTheirMounts(t *testing.T) {
+	m, _ := newTestManager(t, &fakePayloads{content: "v1"})
+	pod := testPod("uid-eph", []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}, nil)
+	ec := func(name, subPath string) corev1.EphemeralContainer {
+		return corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: name, VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", SubPath: subPath}},
+		}}
+	}
+	// "bad" has a subPath, which the API server forbids: podsync refuses to start it and
+	// nothing is bind-mounted for it.
+	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{ec("debugger", ""), ec("bad", "x")}
+	cms, err := m.Prepare(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(m.podsDir, "uid-eph", "volumes", "kubernetes.io~empty-dir", "scratch")
+	if g := mountsOf(t, cms, "debugger")["/scratch"]; g == nil || g.HostPath != scratch {
+		t.Errorf("debugger's /scratch = %v, want %s", g, scratch)
+	}
+	if g := mountsOf(t, cms, "bad"); len(g) != 0 {
+		t.Errorf("mounts for an ephemeral container with a subPath: %v", g)
+	}
+	if _, err := os.Lstat(filepath.Join(m.podsDir, "uid-eph", "volume-subpaths")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a subPath was bind-mounted for an ephemeral container: %v", err)
+	}
+}

@@ -155,6 +155,7 @@ func TestStaticPodErrors(t *testing.T) {
 		{"secret volume", pod("  volumes:\n  - name: s\n    secret:\n      secretName: x\n  containers:\n  - name: c\n    image: i\n"), []string{"spec.volumes[0]", "API objects"}},
 		{"service account", pod("  serviceAccountName: default\n  containers:\n  - name: c\n    image: i\n"), []string{"spec.serviceAccountName"}},
 		{"mount of unknown volume", pod("  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - name: data\n      mountPath: /data\n"), []string{"spec.containers[0].volumeMounts[0].name"}},
+		{"ephemeral containers", pod("  containers:\n  - name: c\n    image: i\n  ephemeralContainers:\n  - name: debug\n    image: i\n"), []string{"spec.ephemeralContainers: Forbidden: cannot be set on create"}},
 		{"probe without action", pod("  containers:\n  - name: c\n    image: i\n    readinessProbe:\n      periodSeconds: 5\n"), []string{"spec.containers[0].readinessProbe"}},
 	}
 	for _, c := range cases {

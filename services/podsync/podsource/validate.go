@@ -38,7 +38,7 @@ func validateSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 		errs = append(errs, apivalidation.ValidateNonnegativeField(*g, path.Child("terminationGracePeriodSeconds"))...)
 	}
 	if len(spec.EphemeralContainers) > 0 {
-		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "cannot be set when a pod is created"))
+		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "cannot be set on create"))
 	}
 
 	volumes, volErrs := validateVolumes(spec.Volumes, path.Child("volumes"))

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/relist"
 )
 
 // etcHostsFile is the pod's hosts file in its directory, as the kubelet names it.
@@ -18,7 +19,7 @@ const etcHostsFile = "etc-hosts"
 
 // containerConfig is criconfig.ContainerConfig with what the node adds: the services
 // for the service-link variables, and the pod's hosts file among the mounts.
-func (w *worker) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, restartCount int, podIPs []string, mounts []criconfig.Mount, pe criconfig.PodEnv) (*runtimeapi.ContainerConfig, string, error) {
+func (w *worker) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, rp *relist.Pod, restartCount int, podIPs []string, mounts []criconfig.Mount, pe criconfig.PodEnv) (*runtimeapi.ContainerConfig, string, error) {
 	var err error
 	if pe.Services, err = w.services(); err != nil {
 		return nil, "", err
@@ -26,7 +27,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if mounts, err = w.withEtcHosts(pod, c, podIPs, mounts); err != nil {
 		return nil, "", err
 	}
-	return criconfig.ContainerConfig(ctx, pod, c, restartCount, mounts, pe, w.m.o.Objects, w.m.o.CRI)
+	return w.criConfig(ctx, pod, c, rp, restartCount, mounts, pe)
 }
 
 // withEtcHosts writes the pod's hosts file, as the kubelet does before every container

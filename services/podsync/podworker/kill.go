@@ -85,7 +85,8 @@ func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, g
 }
 
 // specOf is the pod's container (app or init) named name; a stand-in when the spec has
-// none (an instance of an older spec).
+// none (an instance of an older spec). Ephemeral containers get the stand-in too, so they
+// are stopped with the app containers and no hook of theirs runs (ephemeral.go).
 func specOf(pod *corev1.Pod, name string) *corev1.Container {
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {

@@ -90,7 +90,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 	}
-	cfg, termPath, err := w.containerConfig(ctx, pod, c, restartCount, ips, cm, pe)
+	cfg, termPath, err := w.containerConfig(ctx, pod, c, rp, restartCount, ips, cm, pe)
 	if err == nil {
 		err = w.verifyRunAsNonRoot(ctx, pod, c)
 	}
@@ -131,7 +131,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	w.setWaiting(c.Name, "", "")
 	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)
 	started := w.m.o.Clock.Now()
-	if probed(c, init) && w.m.o.Probes != nil {
+	if probed(c, init) && w.m.o.Probes != nil && ephemeralSpec(pod, c.Name) == nil {
 		w.m.o.Probes.SetContainer(pod, first(ips), c, created.ContainerId, started)
 	}
 	if h := postStart(c); h != nil && w.m.o.Hooks != nil {

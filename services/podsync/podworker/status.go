@@ -80,6 +80,8 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	// Once an app container has run, the pod stays initialized while sidecars restart.
 	initDone = initDone || appRan
 
+	out.EphemeralContainerStatuses = w.ephemeralStatuses(pod, rp, sb, waiting)
+
 	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses, initDone)
 	if st.killReason != "" {
 		out.Phase, out.Reason, out.Message = corev1.PodFailed, st.killReason, st.killMsg

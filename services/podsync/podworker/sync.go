@@ -202,6 +202,7 @@ func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod) (map[string]
 // pod needs another sync at the latest (a backoff ending), 0 for the usual resync.
 func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) (time.Duration, error) {
 	sb := rp.ReadySandbox()
+	newSandbox := sb == nil // ephemeral containers wait for the next sync
 	if sb == nil {
 		// No ready sandbox: kill what is left and make a new one, unless the pod has
 		// already run and must not be restarted.
@@ -268,6 +269,11 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	// rather than being kept or restarted, and the pod completes.
 	if appsFinished(pod, rp, sb.ID) && sidecarRunning(pod, rp) {
 		return 0, w.killPod(ctx, pod, rp, nil, "Stopping container %s")
+	}
+
+	// Ephemeral containers (ephemeral.go): before the init containers, as the kubelet.
+	if !newSandbox {
+		w.startEphemeral(ctx, pod, sb, sbCfg, rp)
 	}
 
 	// Init containers and sidecars, in order; the app containers once they are done.
@@ -461,5 +467,6 @@ func refs(pod *corev1.Pod, rp *relist.Pod) []ContainerRef {
 	}
 	add(pod.Spec.InitContainers, true)
 	add(pod.Spec.Containers, false)
+	add(ephemeralContainers(pod), false)
 	return out
 }
