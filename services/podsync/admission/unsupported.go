@@ -18,6 +18,9 @@ func unsupported(pod *corev1.Pod) (string, string) {
 	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
 		return spec.Child("hostUsers").String(), "user namespaces are not supported; the pod would run in the host's user namespace"
 	}
+	if rc := pod.Spec.RuntimeClassName; rc != nil && *rc != "" {
+		return spec.Child("runtimeClassName").String(), "RuntimeClasses are not supported yet; the pod would run on the default runtime handler"
+	}
 	if len(pod.Spec.ResourceClaims) > 0 {
 		return spec.Child("resourceClaims").String(), "dynamic resource allocation is not supported"
 	}

@@ -14,6 +14,7 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		opt         podOpt
 	}{
 		{"user namespace", "spec.hostUsers", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) }},
+		{"runtime class", "spec.runtimeClassName", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("gvisor") }},
 		{"resource claims", "spec.resourceClaims", func(p *corev1.Pod) {
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
 		}},
