@@ -21,12 +21,7 @@ func isSidecar(c *corev1.Container) bool {
 
 // isSidecarOf reports whether name is one of pod's native sidecars.
 func isSidecarOf(pod *corev1.Pod, name string) bool {
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return isSidecar(&pod.Spec.InitContainers[i])
-		}
-	}
-	return false
+	return isSidecar(specOf(pod, name))
 }
 
 // probed reports whether c's probes run: app containers' and sidecars', not those of
