@@ -68,7 +68,7 @@ type Manager interface {
 
 // New is the Manager for driver d over the cgroups mounted at mountPoint (normally
 // /sys/fs/cgroup): cgroup v2 when mountPoint has cgroup.controllers, else the cgroup v1
-// hierarchies in its directories.
+// hierarchies in its directories. The systemd driver connects to systemd here.
 func New(d Driver, mountPoint string) (Manager, error) {
 	if d != Cgroupfs && d != Systemd {
 		return nil, fmt.Errorf("unknown cgroupDriver %q, want %q or %q", d, Cgroupfs, Systemd)
@@ -77,8 +77,12 @@ func New(d Driver, mountPoint string) (Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d == Systemd {
-		return nil, errors.New("cgroupDriver systemd: not implemented yet")
+	if d == Cgroupfs {
+		return &cgroupfsManager{h: h}, nil
 	}
-	return &cgroupfsManager{h: h}, nil
+	m := &systemdManager{h: h, dial: dialSystemd}
+	if _, err := m.connection(context.Background()); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
