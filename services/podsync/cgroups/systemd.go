@@ -36,13 +36,14 @@ type systemdConn interface {
 }
 
 // dialSystemd connects to systemd on its private socket (root only), or else through the
-// system bus.
+// system bus. It asks for the system bus itself rather than through NewWithContext, which
+// as root would try the private socket again and report that error instead of the bus's.
 func dialSystemd(ctx context.Context) (systemdConn, error) {
 	c, err := sddbus.NewSystemdConnectionContext(ctx)
 	if err == nil {
 		return c, nil
 	}
-	c, busErr := sddbus.NewWithContext(ctx)
+	c, busErr := sddbus.NewSystemConnectionContext(ctx)
 	if busErr != nil {
 		return nil, fmt.Errorf("connect to systemd for cgroupDriver systemd: private socket: %v; system bus: %w", err, busErr)
 	}
