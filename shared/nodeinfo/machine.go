@@ -29,6 +29,9 @@ type Machine struct {
 	// held in pages of that size. Sizes the kernel supports but has no pages of are
 	// present with 0, as the kubelet reports them.
 	HugePages map[string]int64
+	// MaxPIDs is how many processes the node can have: the lower of kernel.pid_max and
+	// kernel.threads-max.
+	MaxPIDs int64
 }
 
 // ReadMachine reads the CPU count (/proc/cpuinfo, or runtime.NumCPU when that lists no
@@ -63,11 +66,36 @@ func readMachine(procDir, sysDir, rootDir string) (Machine, error) {
 		return Machine{}, err
 	}
 
+	m.MaxPIDs, err = readMaxPIDs(filepath.Join(procDir, "sys", "kernel"))
+	if err != nil {
+		return Machine{}, err
+	}
+
 	m.EphemeralStorageBytes, err = filesystemSize(rootDir)
 	if err != nil {
 		return Machine{}, fmt.Errorf("statfs root dir %s: %w", rootDir, err)
 	}
 	return m, nil
+}
+
+// readMaxPIDs is the lower of pid_max and threads-max in dir (/proc/sys/kernel).
+func readMaxPIDs(dir string) (int64, error) {
+	var limit int64
+	for _, name := range []string{"pid_max", "threads-max"} {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", path, err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", path, err)
+		}
+		if limit == 0 || v < limit {
+			limit = v
+		}
+	}
+	return limit, nil
 }
 
 // countProcessors counts the "processor" entries of a cpuinfo file.

@@ -1,6 +1,7 @@
 package nodeinfo
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -69,6 +70,10 @@ func TestReadMachineFromFiles(t *testing.T) {
 		files:     map[string]string{"proc/cpuinfo": cpuinfo, "proc/meminfo": "MemTotal: many kB\n"},
 		wantError: "field MemTotal",
 	}, {
+		name:      "garbled pid_max",
+		files:     map[string]string{"proc/cpuinfo": cpuinfo, "proc/meminfo": meminfo, "proc/sys/kernel/pid_max": "lots\n"},
+		wantError: "pid_max",
+	}, {
 		name: "garbled nr_hugepages",
 		files: map[string]string{
 			"proc/cpuinfo": cpuinfo, "proc/meminfo": meminfo,
@@ -79,7 +84,9 @@ func TestReadMachineFromFiles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			writeFiles(t, root, tt.files)
+			files := map[string]string{"proc/sys/kernel/pid_max": "4194304\n", "proc/sys/kernel/threads-max": "63422\n"}
+			maps.Copy(files, tt.files)
+			writeFiles(t, root, files)
 			m, err := readMachine(filepath.Join(root, "proc"), filepath.Join(root, "sys"), root)
 			if tt.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
@@ -92,6 +99,9 @@ func TestReadMachineFromFiles(t *testing.T) {
 			}
 			if m.CPUMilli != tt.wantCPU {
 				t.Errorf("CPUMilli = %d, want %d", m.CPUMilli, tt.wantCPU)
+			}
+			if want := int64(63422); m.MaxPIDs != want {
+				t.Errorf("MaxPIDs = %d, want %d (the lower of pid_max and threads-max)", m.MaxPIDs, want)
 			}
 			if m.MemoryBytes != tt.wantMem {
 				t.Errorf("MemoryBytes = %d, want %d", m.MemoryBytes, tt.wantMem)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/cpuset"
 )
 
 // Identity is who the node is, as the config service settles it.
@@ -166,11 +167,7 @@ func machineCapacity(kc *kubeletconfigv1beta1.KubeletConfiguration, m Machine) (
 // (percentages taken of the capacity). Each resource is floored at zero; then every
 // hugepages-<size> capacity is also taken from memory, floored at zero again.
 func Allocatable(kc *kubeletconfigv1beta1.KubeletConfiguration, capacity corev1.ResourceList) (corev1.ResourceList, error) {
-	systemReserved, err := parseReserved("systemReserved", kc.SystemReserved)
-	if err != nil {
-		return nil, err
-	}
-	kubeReserved, err := parseReserved("kubeReserved", kc.KubeReserved)
+	systemReserved, kubeReserved, err := Reserved(kc)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +202,68 @@ func Allocatable(kc *kubeletconfigv1beta1.KubeletConfiguration, capacity corev1.
 		out[corev1.ResourceMemory] = mem
 	}
 	return out, nil
+}
+
+// Reserved is systemReserved and kubeReserved as the kubelet applies them: with
+// reservedSystemCPUs set, its CPU count is the system's CPU reservation and kubeReserved
+// reserves no CPU.
+func Reserved(kc *kubeletconfigv1beta1.KubeletConfiguration) (system, kube corev1.ResourceList, err error) {
+	system, err = parseReserved("systemReserved", kc.SystemReserved)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err = parseReserved("kubeReserved", kc.KubeReserved)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kc.ReservedSystemCPUs != "" {
+		cpus, err := cpuset.Parse(kc.ReservedSystemCPUs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reservedSystemCPUs %q: %w", kc.ReservedSystemCPUs, err)
+		}
+		if cpus.Size() > 0 {
+			delete(kube, corev1.ResourceCPU)
+			system[corev1.ResourceCPU] = *resource.NewQuantity(int64(cpus.Size()), resource.DecimalSI)
+		}
+	}
+	return system, kube, nil
+}
+
+// PodsCgroupLimits is what the node-allocatable cgroup (kubepods) is limited to: the
+// machine's capacity with its process IDs, less systemReserved and kubeReserved when
+// enforceNodeAllocatable has "pods" (floored at zero), else the whole capacity. Unlike
+// status.allocatable, the hard eviction thresholds stay inside: pods may use them, so that
+// eviction acts before the cgroup's limit does (the kubelet's rule).
+func PodsCgroupLimits(kc *kubeletconfigv1beta1.KubeletConfiguration, m Machine) (corev1.ResourceList, error) {
+	capacity, err := machineCapacity(kc, m)
+	if err != nil {
+		return nil, err
+	}
+	delete(capacity, corev1.ResourcePods)
+	delete(capacity, corev1.ResourceEphemeralStorage)
+	if m.MaxPIDs > 0 {
+		capacity[resourcePIDs] = *resource.NewQuantity(m.MaxPIDs, resource.DecimalSI)
+	}
+	if !slices.Contains(kc.EnforceNodeAllocatable, "pods") {
+		return capacity, nil
+	}
+	system, kube, err := Reserved(kc)
+	if err != nil {
+		return nil, err
+	}
+	for name, c := range capacity {
+		v := c.DeepCopy()
+		for _, r := range []corev1.ResourceList{system, kube} {
+			if q, ok := r[name]; ok {
+				v.Sub(q)
+			}
+		}
+		if v.Sign() < 0 {
+			v.Set(0)
+		}
+		capacity[name] = v
+	}
+	return capacity, nil
 }
 
 // resourcePIDs is the reservable process-ID resource; it limits the pods' cgroup but is not

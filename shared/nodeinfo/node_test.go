@@ -299,3 +299,64 @@ func TestThresholdValue(t *testing.T) {
 		})
 	}
 }
+
+func TestReservedSystemCPUsReplacesCPUReservations(t *testing.T) {
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{
+		MaxPods:            110,
+		SystemReserved:     map[string]string{"cpu": "500m", "memory": "1Gi"},
+		KubeReserved:       map[string]string{"cpu": "250m"},
+		ReservedSystemCPUs: "0,2-3",
+	}
+	system, kube, err := Reserved(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := system[corev1.ResourceCPU]; got.String() != "3" {
+		t.Errorf("system cpu = %s, want 3 (the reserved CPUs' count)", got.String())
+	}
+	if _, ok := kube[corev1.ResourceCPU]; ok {
+		t.Errorf("kube reserved keeps cpu %v, want none with reservedSystemCPUs", kube)
+	}
+	alloc, err := Allocatable(kc, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := alloc[corev1.ResourceCPU]; got.String() != "1" {
+		t.Errorf("allocatable cpu = %s, want 1", got.String())
+	}
+	kc.ReservedSystemCPUs = "0-x"
+	if _, _, err := Reserved(kc); err == nil || !strings.Contains(err.Error(), "reservedSystemCPUs") {
+		t.Errorf("bad reservedSystemCPUs: err = %v, want one naming the field", err)
+	}
+}
+
+func TestPodsCgroupLimits(t *testing.T) {
+	m := testMachine()
+	m.MaxPIDs = 4096
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{
+		MaxPods:        110,
+		SystemReserved: map[string]string{"cpu": "500m", "memory": "1Gi", "pid": "1000"},
+		KubeReserved:   map[string]string{"memory": "512Mi", "pid": "96"},
+		EvictionHard:   map[string]string{"memory.available": "100Mi"},
+	}
+	check := func(name string, want map[corev1.ResourceName]string) {
+		t.Helper()
+		got, err := PodsCgroupLimits(kc, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: limits = %v, want %v", name, got, want)
+		}
+		for k, v := range want {
+			if q := got[k]; q.Cmp(resource.MustParse(v)) != 0 {
+				t.Errorf("%s: %s = %s, want %s", name, k, q.String(), v)
+			}
+		}
+	}
+	// Without "pods" enforced, kubepods is limited to the whole machine.
+	check("not enforced", map[corev1.ResourceName]string{"cpu": "4", "memory": "8Gi", "pid": "4096", "hugepages-2Mi": "1Gi", "hugepages-1Gi": "0"})
+	// Enforced: the reservations come off; the eviction threshold does not.
+	kc.EnforceNodeAllocatable = []string{"pods"}
+	check("enforced", map[corev1.ResourceName]string{"cpu": "3500m", "memory": "6656Mi", "pid": "3000", "hugepages-2Mi": "1Gi", "hugepages-1Gi": "0"})
+}
