@@ -69,14 +69,6 @@ func (n Name) String() string {
 	return n.CgroupfsPath()
 }
 
-// path is the cgroup's directory below the mount point for driver d.
-func (n Name) path(d Driver) string {
-	if d == Systemd {
-		return n.SystemdPath()
-	}
-	return n.CgroupfsPath()
-}
-
 // validate refuses components that would name another directory, or, for systemd, a
 // component that could not be told apart from another once escaped.
 func (n Name) validate(d Driver) error {
