@@ -20,6 +20,7 @@ import (
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/peercred"
 )
 
@@ -28,7 +29,12 @@ const ServiceName = "podsync"
 
 // Config is unitlet-podsync's configuration: the process settings, from UNITLET_*
 // variables. The node's configuration comes from unitlet-config over the bus.
-type Config struct{ daemon.Settings }
+type Config struct {
+	daemon.Settings
+	// CgroupMount is where the cgroup filesystem is mounted: the v2 hierarchy, or the v1
+	// controllers' directories.
+	CgroupMount string `env:"CGROUP_MOUNT" envDefault:"/sys/fs/cgroup"`
+}
 
 // Command is unitlet-podsync's main.
 func Command() daemon.Command[Config] {
@@ -47,7 +53,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
 	defer rt.Close()
-	node, err := localNode(nc)
+	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
+	if err != nil {
+		return fmt.Errorf("read the machine's resources: %w", err)
+	}
+	node, err := localNode(nc, machine)
+	if err != nil {
+		return err
+	}
+	driver, err := cgroupDriver(ctx, rt, kc, log)
+	if err != nil {
+		return err
+	}
+	cg, err := newNodeCgroups(ctx, kc, machine, driver, cfg.CgroupMount, log.With("component", "cgroups"))
 	if err != nil {
 		return err
 	}
@@ -79,7 +97,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	probes.RecordEvents(events.Event)
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
-	wo := workerOptions(nc, node, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
+	wo := workerOptions(nc, node, machine, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
+	wo.CRI.CgroupParent = cg.Parent
+	wo.Cgroups = cg
 	var services *serviceLister
 	if client != nil {
 		// Standalone, containers get no service-link variables, as with the kubelet.
@@ -87,6 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		wo.Services = services
 	}
 	workers := podworker.NewManager(wo)
+	cg.active = workers.Active
 	svc.Attach(workers, relister)
 	health := newRuntimeHealth(rt, relister)
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))
@@ -103,6 +124,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("housekeeping", svc.Housekeeping)
 	// Probe results: liveness failures restart containers, the rest changes statuses.
 	d.Go("probe results", func(ctx context.Context) error { return applyProbeResults(ctx, probes.Updates(), workers) })
+	// Cgroups: gone pods' cgroups removed, the QoS cgroups' shares kept.
+	d.Go("cgroups", cg.Run)
 	// Runtime status: CRI Status every 5 s for the health report.
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.

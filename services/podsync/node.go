@@ -1,8 +1,6 @@
 package podsync
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -12,11 +10,7 @@ import (
 
 // localNode is the node as admission sees it: built from the configuration and the
 // machine's resources.
-func localNode(nc *nodeconfig.Config) (*corev1.Node, error) {
-	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
-	if err != nil {
-		return nil, fmt.Errorf("read the machine's resources: %w", err)
-	}
+func localNode(nc *nodeconfig.Config, machine nodeinfo.Machine) (*corev1.Node, error) {
 	node, err := nodeinfo.Node(nc.KubeletConfiguration, nc.Identity(), machine)
 	if err != nil {
 		return nil, daemon.ConfigError(err)

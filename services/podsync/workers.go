@@ -18,22 +18,30 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
 // workerOptions are the pod workers' parts: the runtime and the relister's view of it, the
 // CRI settings from the configuration, the API's objects, probes, hooks, events, volumes,
 // and svc, which receives what they observe.
-func workerOptions(nc *nodeconfig.Config, node *corev1.Node, rt *cri.Client, relister *relist.Relister, client kubernetes.Interface,
+func workerOptions(nc *nodeconfig.Config, node *corev1.Node, machine nodeinfo.Machine, rt *cri.Client, relister *relist.Relister, client kubernetes.Interface,
 	probes *prober.Manager, volumes *busVolumes, events podworker.Recorder, svc *Service, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) podworker.Options {
 	kc, rootDir, hostIPs := nc.KubeletConfiguration, nc.Paths.GetRootDir(), nc.Node.GetIps()
 	hostnameOverride, set := kc.FeatureGates["HostnameOverride"] // beta, on by default
+	hugePageSizes, err := criconfig.HostHugePageSizes()
+	if err != nil {
+		log.Warn("huge page sizes: containers get no huge page limits", "err", err)
+	}
 	return podworker.Options{
 		Runtime: rt,
 		View:    relister,
 		CRI: criconfig.Options{
 			ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: ptr.Deref(kc.ResolverConfig, ""),
-			PodLogsDir: kc.PodLogsDir, PodsDir: filepath.Join(rootDir, "pods"), CgroupDriver: kc.CgroupDriver,
+			PodLogsDir: kc.PodLogsDir, PodsDir: filepath.Join(rootDir, "pods"),
 			NodeName: nc.Node.GetName(), NodeIPs: hostIPs, IgnoreHostnameOverride: set && !hostnameOverride,
+			// Burstable containers' OOM score adjustment is taken of the node's memory.
+			MemoryCapacity: machine.MemoryBytes, HugePageSizes: hugePageSizes,
+			SeccompDefault: ptr.Deref(kc.SeccompDefault, false), SeccompProfileRoot: filepath.Join(rootDir, "seccomp"),
 		},
 		Objects: apiObjects{client},
 		Probes:  probes,

@@ -1,13 +1,8 @@
 package criconfig
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
-
-// Cgroup drivers Options.CgroupDriver accepts.
-const (
-	CgroupDriverCgroupfs = "cgroupfs"
-	CgroupDriverSystemd  = "systemd"
 )
 
 // Options are the node-wide settings the configs depend on; they come from the kubelet
@@ -29,8 +24,9 @@ type Options struct {
 	// PodsDir is <root-dir>/pods: the per-pod directories where the termination-message
 	// files live.
 	PodsDir string
-	// CgroupDriver is CgroupDriverCgroupfs or CgroupDriverSystemd; empty means cgroupfs.
-	CgroupDriver string
+	// CgroupParent is the pod's cgroup as the runtime takes it (the driver's notation);
+	// nil leaves the parent to the runtime.
+	CgroupParent func(*corev1.Pod) string
 
 	// NodeName is the node's name.
 	NodeName string

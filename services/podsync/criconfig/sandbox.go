@@ -176,9 +176,9 @@ func runtimeProtocol(p corev1.Protocol) runtimeapi.Protocol {
 }
 
 func sandboxLinux(pod *corev1.Pod, o Options) (*runtimeapi.LinuxPodSandboxConfig, error) {
-	parent, err := PodCgroupParent(pod, o.CgroupDriver)
-	if err != nil {
-		return nil, err
+	parent := ""
+	if o.CgroupParent != nil {
+		parent = o.CgroupParent(pod)
 	}
 	sc := &runtimeapi.LinuxSandboxSecurityContext{
 		NamespaceOptions: namespaceOptions(pod),
@@ -202,6 +202,7 @@ func sandboxLinux(pod *corev1.Pod, o Options) (*runtimeapi.LinuxPodSandboxConfig
 			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
 		}
 		sc.SupplementalGroups = supplementalGroups(psc)
+		var err error
 		if sc.SupplementalGroupsPolicy, err = supplementalGroupsPolicy(psc); err != nil {
 			return nil, err
 		}
@@ -286,36 +287,4 @@ func supplementalGroupsPolicy(psc *corev1.PodSecurityContext) (runtimeapi.Supple
 		return 0, fmt.Errorf("spec.securityContext.supplementalGroupsPolicy: unsupported value %q", *psc.SupplementalGroupsPolicy)
 	}
 	return runtimeapi.SupplementalGroupsPolicy(v), nil
-}
-
-// PodCgroupParent is the pod's cgroup under the QoS hierarchy the kubelet keeps:
-// kubepods/pod<uid> (Guaranteed), kubepods/burstable/pod<uid>, kubepods/besteffort/pod<uid>
-// for cgroupfs; for systemd the expanded slice path, e.g.
-// /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _ for ->.slice.
-func PodCgroupParent(pod *corev1.Pod, driver string) (string, error) {
-	parts := []string{"kubepods"}
-	switch QOSClass(pod) {
-	case corev1.PodQOSBurstable:
-		parts = append(parts, "burstable")
-	case corev1.PodQOSBestEffort:
-		parts = append(parts, "besteffort")
-	}
-	parts = append(parts, "pod"+string(pod.UID))
-	switch driver {
-	case "", CgroupDriverCgroupfs:
-		return "/" + strings.Join(parts, "/"), nil
-	case CgroupDriverSystemd:
-		// Each level is a slice named by all levels so far joined with "-"; a "-" inside a
-		// name would read as a level, so it becomes "_".
-		var path strings.Builder
-		prefix := ""
-		for _, p := range parts {
-			name := prefix + strings.ReplaceAll(p, "-", "_")
-			path.WriteString("/" + name + ".slice")
-			prefix = name + "-"
-		}
-		return path.String(), nil
-	default:
-		return "", fmt.Errorf("cgroup driver %q: want %q or %q", driver, CgroupDriverCgroupfs, CgroupDriverSystemd)
-	}
 }

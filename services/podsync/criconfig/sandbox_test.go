@@ -79,48 +79,11 @@ func TestHostname(t *testing.T) {
 	}
 }
 
-func TestPodCgroupParent(t *testing.T) {
-	guaranteed := func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-			Requests: rl("cpu", "1", "memory", "1Gi"), Limits: rl("cpu", "1", "memory", "1Gi")}
-	}
-	burstable := func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "100m")}
-	}
-	tests := []struct {
-		name, driver string
-		mutate       func(*corev1.Pod)
-		want         string
-	}{
-		{"besteffort cgroupfs", "cgroupfs", nil, "/kubepods/besteffort/pod1f2e3d4c-0000-1111-2222-333344445555"},
-		{"burstable cgroupfs", "cgroupfs", burstable, "/kubepods/burstable/pod1f2e3d4c-0000-1111-2222-333344445555"},
-		{"guaranteed cgroupfs", "", guaranteed, "/kubepods/pod1f2e3d4c-0000-1111-2222-333344445555"},
-		{"burstable systemd", "systemd", burstable,
-			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_0000_1111_2222_333344445555.slice"},
-		{"besteffort systemd", "systemd", nil,
-			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1f2e3d4c_0000_1111_2222_333344445555.slice"},
-		{"guaranteed systemd", "systemd", guaranteed,
-			"/kubepods.slice/kubepods-pod1f2e3d4c_0000_1111_2222_333344445555.slice"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pod := testPod()
-			if tt.mutate != nil {
-				tt.mutate(pod)
-			}
-			got, err := PodCgroupParent(pod, tt.driver)
-			if err != nil || got != tt.want {
-				t.Errorf("PodCgroupParent = %q, %v; want %q", got, err, tt.want)
-			}
-		})
-	}
-	if _, err := PodCgroupParent(testPod(), "lxc"); err == nil {
-		t.Error("unknown driver: no error")
-	}
-}
-
 func TestSandboxConfig(t *testing.T) {
-	o := Options{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodLogsDir: "/var/log/pods", CgroupDriver: "cgroupfs"}
+	o := Options{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodLogsDir: "/var/log/pods",
+		CgroupParent: func(p *corev1.Pod) string {
+			return "/kubepods/" + strings.ToLower(string(QOSClass(p))) + "/pod" + string(p.UID)
+		}}
 	pod := testPod()
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{
 		RunAsUser:          ptrTo(int64(1000)),

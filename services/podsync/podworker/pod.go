@@ -41,6 +41,8 @@ type worker struct {
 	// mounts are the containers' volume mounts prepared for mountsFor.
 	mounts    map[string][]criconfig.Mount
 	mountsFor *corev1.Pod
+	// cgroupFor is the pod version whose cgroup was last made or adopted.
+	cgroupFor *corev1.Pod
 }
 
 type restartRequest struct {

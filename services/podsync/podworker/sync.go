@@ -166,6 +166,29 @@ func (w *worker) probesSeeDeletion(pod *corev1.Pod, rp *relist.Pod) {
 	}
 }
 
+// ensureCgroup makes or adopts the pod's cgroup once per version of the pod; a failure is
+// a FailedCreatePodContainer event, as the kubelet reports it, and the pod waits.
+func (w *worker) ensureCgroup(ctx context.Context, pod *corev1.Pod) error {
+	cg := w.m.o.Cgroups
+	if cg == nil {
+		return nil
+	}
+	w.mu.Lock()
+	done := w.cgroupFor == pod
+	w.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := cg.EnsurePod(ctx, pod); err != nil {
+		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: "+err.Error())
+		return fmt.Errorf("pod cgroup: %w", err)
+	}
+	w.mu.Lock()
+	w.cgroupFor = pod
+	w.mu.Unlock()
+	return nil
+}
+
 // volumeRetry is how soon a pod whose volumes are not ready is synced again.
 const volumeRetry = 5 * time.Second
 
@@ -218,7 +241,10 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		if len(rp.GetSandboxes()) > 0 {
 			attempt = rp.Sandboxes[0].Attempt + 1
 		}
-		// Volumes first, as the kubelet mounts them before it makes the sandbox.
+		// The pod's cgroup, then its volumes, as the kubelet makes them before the sandbox.
+		if err := w.ensureCgroup(ctx, pod); err != nil {
+			return time.Second, err
+		}
 		if _, err := w.volumeMounts(ctx, pod); err != nil {
 			return volumeRetry, err
 		}
@@ -232,6 +258,11 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	sbCfg, err := criconfig.SandboxConfig(pod, sb.Attempt, w.m.o.CRI)
 	if err != nil {
 		return 0, err
+	}
+	// A running pod this worker has not seen yet (podsync restarted): adopt its cgroup and
+	// set the pod's limits on it again.
+	if err := w.ensureCgroup(ctx, pod); err != nil {
+		return time.Second, err
 	}
 
 	// Probe failures and spec changes: kill the instance; it is restarted below.

@@ -110,6 +110,9 @@ type Options struct {
 	// Services are the cluster's services for service-link variables; nil (a node without
 	// an API server) gives none.
 	Services Services
+	// Cgroups makes or adopts each pod's cgroup before its sandbox is made; nil leaves
+	// the cgroups to the runtime.
+	Cgroups Cgroups
 	// NodeHostsFile is the node's hosts file, which host-network pods see; "" is /etc/hosts.
 	NodeHostsFile string
 }
@@ -124,6 +127,13 @@ type Volumes interface {
 	PrepareContainer(ctx context.Context, pod *corev1.Pod, container string) ([]criconfig.Mount, error)
 	// Release tears down a terminated pod's volumes.
 	Release(ctx context.Context, pod *corev1.Pod) error
+}
+
+// Cgroups keeps pods' cgroups (the pod cgroup under its QoS class's).
+type Cgroups interface {
+	// EnsurePod makes the pod's cgroup with the pod's limits, or adopts the one there and
+	// sets them; the error's message is the FailedCreatePodContainer event's.
+	EnsurePod(ctx context.Context, pod *corev1.Pod) error
 }
 
 // Manager owns the workers.
@@ -262,6 +272,24 @@ func (m *Manager) Pods() []types.UID {
 	out := make([]types.UID, 0, len(m.workers))
 	for uid := range m.workers {
 		out = append(out, uid)
+	}
+	return out
+}
+
+// Active is the UIDs of the pods whose worker runs them: known and not terminated. A pod
+// outside it has no container to start, so its cgroup may go once it is empty.
+func (m *Manager) Active() map[types.UID]bool {
+	m.mu.Lock()
+	ws := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	out := make(map[types.UID]bool, len(ws))
+	for _, w := range ws {
+		if !w.isTerminated() {
+			out[w.uid] = true
+		}
 	}
 	return out
 }

@@ -1,0 +1,214 @@
+package podsync
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/services/podsync/cgroups"
+)
+
+type fakeRuntimeConfig struct {
+	resp *runtimeapi.RuntimeConfigResponse
+	err  error
+}
+
+func (f fakeRuntimeConfig) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigRequest, ...grpc.CallOption) (*runtimeapi.RuntimeConfigResponse, error) {
+	return f.resp, f.err
+}
+
+func driverResponse(d runtimeapi.CgroupDriver) *runtimeapi.RuntimeConfigResponse {
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}
+}
+
+func TestCgroupDriverFromTheRuntime(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range []struct {
+		name       string
+		configured string
+		rt         fakeRuntimeConfig
+		want       cgroups.Driver
+		wantErr    string
+	}{
+		{"runtime without RuntimeConfig: the configuration's", "systemd", fakeRuntimeConfig{err: status.Error(codes.Unimplemented, "unknown method")}, cgroups.Systemd, ""},
+		{"unset means cgroupfs", "", fakeRuntimeConfig{err: status.Error(codes.Unimplemented, "")}, cgroups.Cgroupfs, ""},
+		{"runtime agrees", "systemd", fakeRuntimeConfig{resp: driverResponse(runtimeapi.CgroupDriver_SYSTEMD)}, cgroups.Systemd, ""},
+		{"runtime disagrees", "cgroupfs", fakeRuntimeConfig{resp: driverResponse(runtimeapi.CgroupDriver_SYSTEMD)}, "", `cgroupDriver "cgroupfs": the container runtime uses the "systemd" cgroup driver`},
+		{"runtime disagrees the other way", "systemd", fakeRuntimeConfig{resp: driverResponse(runtimeapi.CgroupDriver_CGROUPFS)}, "", `set cgroupDriver: cgroupfs`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kc := &kubeletconfigv1beta1.KubeletConfiguration{CgroupDriver: tt.configured}
+			got, err := cgroupDriver(context.Background(), tt.rt, kc, log)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("cgroupDriver = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// fakeCgroups records what nodeCgroups asks of a cgroup manager.
+type fakeCgroups struct {
+	mu       sync.Mutex
+	made     map[string]cgroups.Resources
+	busy     map[string]bool // cgroups with processes
+	removals []string
+}
+
+func newFakeCgroups() *fakeCgroups {
+	return &fakeCgroups{made: map[string]cgroups.Resources{}, busy: map[string]bool{}}
+}
+
+func (f *fakeCgroups) Driver() cgroups.Driver       { return cgroups.Cgroupfs }
+func (f *fakeCgroups) Unified() bool                { return true }
+func (f *fakeCgroups) Parent(n cgroups.Name) string { return n.CgroupfsPath() }
+func (f *fakeCgroups) Path(n cgroups.Name) string   { return "/sys/fs/cgroup" + n.CgroupfsPath() }
+func (f *fakeCgroups) Close() error                 { return nil }
+func (f *fakeCgroups) Exists(n cgroups.Name) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.made[n.CgroupfsPath()]
+	return ok || len(n) == 0
+}
+
+func (f *fakeCgroups) Ensure(_ context.Context, n cgroups.Name, r cgroups.Resources) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.made[n.CgroupfsPath()] = r
+	return nil
+}
+
+func (f *fakeCgroups) Remove(_ context.Context, n cgroups.Name) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := n.CgroupfsPath()
+	if f.busy[p] {
+		return fmt.Errorf("remove %s: %w", p, cgroups.ErrNotEmpty)
+	}
+	delete(f.made, p)
+	f.removals = append(f.removals, p)
+	return nil
+}
+
+func (f *fakeCgroups) Children(n cgroups.Name) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prefix := n.CgroupfsPath() + "/"
+	var out []string
+	for p := range f.made {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && !strings.Contains(rest, "/") {
+			out = append(out, rest)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (f *fakeCgroups) shares(path string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.made[path].CPUShares; s != nil {
+		return *s
+	}
+	return 0
+}
+
+func testCgroupPod(uid string, cpuRequest string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + uid, Namespace: "default", UID: types.UID(uid)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	if cpuRequest != "" {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpuRequest)}
+	}
+	return p
+}
+
+func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
+	f := newFakeCgroups()
+	active := map[types.UID]bool{}
+	var mu sync.Mutex
+	n := &nodeCgroups{
+		m: f, perQOS: true, kubepods: cgroups.Name{"kubepods"}, pidsLimit: 100,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), pods: map[types.UID]*corev1.Pod{},
+		active: func() map[types.UID]bool { mu.Lock(); defer mu.Unlock(); return maps.Clone(active) },
+	}
+	ctx := context.Background()
+	a, b, be := testCgroupPod("a", "250m"), testCgroupPod("b", "500m"), testCgroupPod("be", "")
+	for _, p := range []*corev1.Pod{a, b, be} {
+		mu.Lock()
+		active[p.UID] = true
+		mu.Unlock()
+		if err := n.EnsurePod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.Parent(a); got != "/kubepods/burstable/poda" {
+		t.Errorf("Parent(a) = %q", got)
+	}
+	if got := n.Parent(be); got != "/kubepods/besteffort/podbe" {
+		t.Errorf("Parent(be) = %q", got)
+	}
+	if r := f.made["/kubepods/burstable/poda"]; r.PidsLimit == nil || *r.PidsLimit != 100 {
+		t.Errorf("pod a's cgroup: pids limit %v, want 100", r.PidsLimit)
+	}
+	if got, want := f.shares("/kubepods/burstable"), cgroups.MilliCPUToShares(750); got != want {
+		t.Errorf("burstable shares = %d, want %d (the sum of 250m and 500m)", got, want)
+	}
+	if got := f.shares("/kubepods/besteffort"); got != 2 {
+		t.Errorf("besteffort shares = %d, want 2", got)
+	}
+
+	// a is gone but its cgroup still has a process: kept. b is gone and empty: removed,
+	// and burstable's shares drop to a's. A cgroup of a pod this process never saw (made
+	// before a restart) and not active goes too; an active pod's stays.
+	f.busy["/kubepods/burstable/poda"] = true
+	f.made["/kubepods/besteffort/podold"] = cgroups.Resources{}
+	mu.Lock()
+	delete(active, "a")
+	delete(active, "b")
+	mu.Unlock()
+	n.cleanup(ctx)
+	if slices.Contains(f.removals, "/kubepods/burstable/poda") {
+		t.Error("a cgroup with processes was removed")
+	}
+	for _, want := range []string{"/kubepods/burstable/podb", "/kubepods/besteffort/podold"} {
+		if !slices.Contains(f.removals, want) {
+			t.Errorf("%s not removed (removals %v)", want, f.removals)
+		}
+	}
+	if slices.Contains(f.removals, "/kubepods/besteffort/podbe") {
+		t.Error("an active pod's cgroup was removed")
+	}
+	if got, want := f.shares("/kubepods/burstable"), cgroups.MilliCPUToShares(250); got != want {
+		t.Errorf("burstable shares after b went = %d, want %d", got, want)
+	}
+	// a's last process exits: its cgroup goes at the next round.
+	f.busy["/kubepods/burstable/poda"] = false
+	n.cleanup(ctx)
+	if !slices.Contains(f.removals, "/kubepods/burstable/poda") {
+		t.Errorf("a's emptied cgroup not removed (removals %v)", f.removals)
+	}
+	if got := f.shares("/kubepods/burstable"); got != 2 {
+		t.Errorf("burstable shares with no burstable pod = %d, want 2", got)
+	}
+}
