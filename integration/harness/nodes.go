@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -157,6 +158,54 @@ func (h *Harness) nodeKubeconfig(node string) string {
 	return filepath.Join(h.nodeCredsDir(node), "kubeconfig")
 }
 
+// hostCgroupMount is where the host's cgroup hierarchies are mounted.
+const hostCgroupMount = "/sys/fs/cgroup"
+
+// NodeCgroupRoot is the cgroupRoot of a node that shares the host's cgroups with other
+// nodes and stacks (process and nspawn nodes): its own, so that each node's podsync keeps
+// only its own kubepods tree.
+func (h *Harness) NodeCgroupRoot(node string) string {
+	return "/unitlet-" + h.stack.Name + "-" + node
+}
+
+// ensureHostCgroup makes cgroup path (cgroupfs notation) in every hierarchy under mount,
+// as an operator makes a node's cgroupRoot before its agent starts: each v1 controller's
+// directory, or the v2 hierarchy. A v1 cpuset cgroup gets its parent's CPUs and memory
+// nodes, without which no process could join it.
+func ensureHostCgroup(mount, path string) error {
+	if _, err := os.Stat(filepath.Join(mount, "cgroup.controllers")); err == nil {
+		return os.MkdirAll(filepath.Join(mount, path), 0o755)
+	}
+	entries, err := os.ReadDir(mount)
+	if err != nil {
+		return fmt.Errorf("cgroup hierarchies: %w", err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(mount, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+			continue // not a hierarchy (a link such as cpu,cpuacct, or a file)
+		}
+		target := filepath.Join(dir, path)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("make the node's cgroup root: %w", err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			cur, err := os.ReadFile(filepath.Join(target, f))
+			if err != nil || strings.TrimSpace(string(cur)) != "" {
+				continue
+			}
+			parent, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(target, f), parent, 0o644); err != nil {
+				return fmt.Errorf("make the node's cgroup root: %s: %w", f, err)
+			}
+		}
+	}
+	return nil
+}
+
 // nodeDirsConfig makes the node's shared directories and returns the configuration lines
 // that point at them: static pods from the node's manifests directory, pod logs under the
 // node's directory (not the host's /var/log/pods: several nodes share the host); and the
@@ -167,9 +216,14 @@ func (h *Harness) nodeDirsConfig(n Node) (string, error) {
 			return "", err
 		}
 	}
+	root := h.NodeCgroupRoot(n.Name)
+	if err := ensureHostCgroup(hostCgroupMount, root); err != nil {
+		return "", err
+	}
 	cfg := "staticPodPath: " + h.NodeManifestDir(n.Name) + "\n" +
 		"podLogsDir: " + h.nodePodLogsDir(n.Name) + "\n" +
-		"fileCheckFrequency: 20s\n"
+		"fileCheckFrequency: 20s\n" +
+		"cgroupRoot: " + root + "\n"
 	if n.NodeAPIPort != 0 {
 		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
 	}
@@ -204,6 +258,9 @@ failCgroupV1: false
 	}
 	if n.MaxPods != 0 {
 		cfg += fmt.Sprintf("maxPods: %d\n", n.MaxPods)
+	}
+	if n.KubeletConfig != "" {
+		cfg += "# The stack file's kubeletConfig for the node.\n" + strings.TrimRight(n.KubeletConfig, "\n") + "\n"
 	}
 	return cfg
 }

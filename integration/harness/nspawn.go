@@ -312,6 +312,10 @@ func (h *Harness) nspawnComponent(n Node, f *controlPlaneFiles) component {
 			for _, d := range h.nodeSharedDirs(n.Name) {
 				args = append(args, "--bind="+d+":"+d)
 			}
+			// The host's cgroup hierarchies, where the stack's containerd makes the pods'
+			// cgroups: podsync in the machine makes their parents there (the machine's own
+			// /sys/fs/cgroup is read-only on a cgroup v1 host).
+			args = append(args, "--bind="+hostCgroupMount+":"+machineHostCgroupMount)
 			if h.stack.Runtime.Kind == "containerd" {
 				// The config's containerRuntimeEndpoint names the stack's containerd socket:
 				// its directory appears at the same path, without containerd's own mounts.
@@ -541,6 +545,9 @@ func (h *Harness) nodeBootstrapKubeconfig(node string) string {
 	return filepath.Join(h.nodeCredsDir(node), "bootstrap.kubeconfig")
 }
 
+// machineHostCgroupMount is where an nspawn machine sees the host's cgroup hierarchies.
+const machineHostCgroupMount = "/run/unitlet-host-cgroup"
+
 // unitDropIn is the harness's drop-in for the unit of service svc in node n's machine. The
 // shipped units stay as they are; the drop-in points the service at the node's directories
 // on the host (bound into the machine at the same path, see nspawnComponent) and lets it
@@ -574,7 +581,8 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	// Every service may write the root dir, as the units' StateDirectory=; podsync makes the
 	// pods' log directories too.
 	if svc == "podsync" {
-		rw += " " + h.nodePodLogsDir(n.Name)
+		rw += " " + h.nodePodLogsDir(n.Name) + " " + machineHostCgroupMount
+		fmt.Fprintf(&b, "Environment=UNITLET_CGROUP_MOUNT=%s\n", machineHostCgroupMount)
 	}
 	fmt.Fprintf(&b, "ReadWritePaths=%s\n", rw)
 	b.WriteString("StandardOutput=journal+console\nStandardError=journal+console\n")

@@ -89,6 +89,9 @@ type Node struct {
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
 	// MaxPods sets the node's maxPods; 0 leaves the kubelet's default, 110.
 	MaxPods int `json:"maxPods,omitempty"`
+	// KubeletConfig is KubeletConfiguration YAML added to the node's configuration, e.g.
+	// "podPidsLimit: 64".
+	KubeletConfig string `json:"kubeletConfig,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

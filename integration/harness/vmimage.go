@@ -204,6 +204,9 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 	// The vm has its own kernel, whose tunables the node's sysctl.d file sets to the
 	// kubelet's: unitlet-config checks them (CIS 4.2.6 of v1.8, "protect kernel defaults").
 	cfg += "protectKernelDefaults: true\n"
+	// A systemd host: pods' cgroups are systemd slices, made over D-Bus, as the guest's
+	// containerd (SystemdCgroup) makes its containers' scopes.
+	cfg += "cgroupDriver: systemd\n"
 	if n.NodeAPIPort != 0 {
 		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
 	}
@@ -309,6 +312,8 @@ const vmContainerdConfig = `version = 2
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"

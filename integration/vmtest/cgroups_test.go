@@ -1,0 +1,303 @@
+package vmtest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/unitlet/unitlet/integration/harness"
+)
+
+// The vm node's settings for node resources (vm-node.yaml).
+const (
+	vmPodPidsLimit       = 256
+	vmSystemReservedMem  = 256 << 20
+	vmSystemReservedCPU  = 200 // milli-CPUs
+	vmSystemReservedPIDs = 1000
+)
+
+// cpuWeight is cgroup v2's cpu.weight for milli-CPUs as the kubelet converts them: CPU
+// shares (1024 per CPU, at least 2), then shares to weight.
+func cpuWeight(milli int64) int64 {
+	shares := max(milli*1024/1000, 2)
+	return 1 + (shares-2)*9999/262142
+}
+
+// guestInt reads a number (or "max", -1) from a file in the guest.
+func guestInt(t *testing.T, node, file string) int64 {
+	t.Helper()
+	s := stack.InNode(t, node, "cat", file)
+	if s == "max" {
+		return -1
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s in the guest: %q: %v", file, s, err)
+	}
+	return v
+}
+
+// guestKeyed reads one key of a flat keyed file (memory.events, pids.events) in the guest.
+func guestKeyed(t *testing.T, node, file, key string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(stack.InNode(t, node, "cat", file), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	t.Fatalf("%s in the guest has no %s", file, key)
+	return 0
+}
+
+// podSlice is the pod's slice directory in the guest, by its QoS class.
+func podSlice(p *corev1.Pod) string {
+	uid := strings.ReplaceAll(string(p.UID), "-", "_")
+	switch p.Status.QOSClass {
+	case corev1.PodQOSBurstable:
+		return "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice"
+	case corev1.PodQOSBestEffort:
+		return "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid + ".slice"
+	}
+	return "/sys/fs/cgroup/kubepods.slice/kubepods-pod" + uid + ".slice"
+}
+
+func rl(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return out
+}
+
+// vmPod is a busybox pod on the vm node running script in each named container.
+func vmPod(name string, scripts map[string]string) *corev1.Pod {
+	grace := int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       corev1.PodSpec{TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: new(bool)},
+	}
+	for c, script := range scripts {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name: c, Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", script},
+		})
+	}
+	return p
+}
+
+// runVMPod creates the pod and waits until it runs; it is deleted when the test ends.
+func runVMPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	c := admin(t)
+	if _, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
+	var got *corev1.Pod
+	stack.WaitFor(t, 3*time.Minute, "pod "+p.Name+" Running", func(ctx context.Context) (bool, string) {
+		cur, err := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = cur
+		events, _ := c.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+		var msgs []string
+		for _, e := range events.Items {
+			msgs = append(msgs, e.Reason+": "+e.Message)
+		}
+		return cur.Status.Phase == corev1.PodRunning, fmt.Sprintf("%s; events %q", cur.Status.Phase, msgs)
+	})
+	return got
+}
+
+// guestMemTotal and guestMaxPIDs are the guest's MemTotal in bytes and its PID limit.
+func guestMemTotal(t *testing.T, node string) int64 {
+	t.Helper()
+	f := strings.Fields(stack.InNode(t, node, "grep", "^MemTotal:", "/proc/meminfo"))
+	kb, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb * 1024
+}
+
+func guestMaxPIDs(t *testing.T, node string) int64 {
+	return min(guestInt(t, node, "/proc/sys/kernel/pid_max"), guestInt(t, node, "/proc/sys/kernel/threads-max"))
+}
+
+// TestCgroupsOnTheSystemdDriver: on the vm node (cgroup v2, the systemd driver, podsync
+// under its shipped unit) the QoS tree is systemd slices: kubepods.slice holds the node's
+// allocatable (systemReserved taken off) in memory.max, cpu.weight and pids.max, and each
+// QoS class's pod gets its own slice with the pod's limits and podPidsLimit; the containers
+// carry the kubelet's OOM score per class; system.slice has the system's reserved CPU weight
+// (enforceNodeAllocatable system-reserved-compressible). A deleted pod's slice goes.
+func TestCgroupsOnTheSystemdDriver(t *testing.T) {
+	node := vmNode(t).Name
+	mem, maxPIDs := guestMemTotal(t, node), guestMaxPIDs(t, node)
+	cpus, err := strconv.ParseInt(stack.InNode(t, node, "grep", "-c", "^processor", "/proc/cpuinfo"), 10, 64)
+	if err != nil {
+		t.Fatalf("count the guest's CPUs: %v", err)
+	}
+
+	const kp = "/sys/fs/cgroup/kubepods.slice/"
+	if got, want := guestInt(t, node, kp+"memory.max"), mem-vmSystemReservedMem; got > want || got < want-4096 {
+		t.Errorf("kubepods.slice memory.max = %d, want MemTotal - systemReserved = %d", got, want)
+	}
+	if got, want := guestInt(t, node, kp+"pids.max"), maxPIDs-vmSystemReservedPIDs; got != want {
+		t.Errorf("kubepods.slice pids.max = %d, want %d", got, want)
+	}
+	if got, want := guestInt(t, node, kp+"cpu.weight"), cpuWeight(cpus*1000-vmSystemReservedCPU); got != want {
+		t.Errorf("kubepods.slice cpu.weight = %d, want %d", got, want)
+	}
+	if got, want := guestInt(t, node, "/sys/fs/cgroup/system.slice/cpu.weight"), cpuWeight(vmSystemReservedCPU); got != want {
+		t.Errorf("system.slice cpu.weight = %d, want %d (system-reserved-compressible)", got, want)
+	}
+	if got := guestInt(t, node, kp+"kubepods-besteffort.slice/cpu.weight"); got != cpuWeight(0) {
+		t.Errorf("kubepods-besteffort.slice cpu.weight = %d, want %d", got, cpuWeight(0))
+	}
+
+	loop := map[string]string{"c": "exec sleep 100000"}
+	g := vmPod("vm-cg-guaranteed", loop)
+	g.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "200m", "memory", "64Mi"), Limits: rl("cpu", "200m", "memory", "64Mi")}
+	b := vmPod("vm-cg-burstable", loop)
+	b.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "100m", "memory", "32Mi"), Limits: rl("memory", "96Mi")}
+	be := vmPod("vm-cg-besteffort", loop)
+	var pods []*corev1.Pod
+	for _, p := range []*corev1.Pod{g, b, be} {
+		pods = append(pods, runVMPod(t, p))
+	}
+	if got := guestInt(t, node, kp+"kubepods-burstable.slice/cpu.weight"); got < cpuWeight(100) {
+		t.Errorf("kubepods-burstable.slice cpu.weight = %d, want at least %d (vm-cg-burstable's 100m)", got, cpuWeight(100))
+	}
+	for _, tt := range []struct {
+		pod         *corev1.Pod
+		memory      int64
+		cpuMax      string
+		weight      int64
+		oomScoreAdj int64
+	}{
+		{pods[0], 64 << 20, "20000 100000", cpuWeight(200), -997},
+		{pods[1], 96 << 20, "max 100000", cpuWeight(100), 1000 - 1000*(32<<20)/mem},
+		{pods[2], -1, "max 100000", cpuWeight(0), 1000},
+	} {
+		dir, name := podSlice(tt.pod), tt.pod.Name
+		if got := guestInt(t, node, dir+"/memory.max"); got != tt.memory {
+			t.Errorf("%s: memory.max = %d, want %d", name, got, tt.memory)
+		}
+		if got := stack.InNode(t, node, "cat", dir+"/cpu.max"); got != tt.cpuMax {
+			t.Errorf("%s: cpu.max = %q, want %q", name, got, tt.cpuMax)
+		}
+		if got := guestInt(t, node, dir+"/cpu.weight"); got != tt.weight {
+			t.Errorf("%s: cpu.weight = %d, want %d", name, got, tt.weight)
+		}
+		if got := guestInt(t, node, dir+"/pids.max"); got != vmPodPidsLimit {
+			t.Errorf("%s: pids.max = %d, want podPidsLimit %d", name, got, vmPodPidsLimit)
+		}
+		// The container's sleep, in a scope of the pod's slice.
+		out := stack.InNode(t, node, "sh", "-c", "for f in "+dir+"/*.scope/cgroup.procs; do for p in $(cat $f); do echo $p $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj); done; done")
+		apps := 0
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) != 3 || f[1] == "pause" {
+				continue
+			}
+			apps++
+			if got, _ := strconv.ParseInt(f[2], 10, 64); got != tt.oomScoreAdj {
+				t.Errorf("%s: process %s (%s) oom_score_adj = %d, want %d", name, f[0], f[1], got, tt.oomScoreAdj)
+			}
+		}
+		if apps == 0 {
+			t.Errorf("%s: no container process in the pod's slice %s:\n%s", name, dir, out)
+		}
+		t.Logf("%s (%s): memory.max %d, cpu.max %q, cpu.weight %d, pids.max %d, oom_score_adj %d", name, tt.pod.Status.QOSClass, tt.memory, tt.cpuMax, tt.weight, vmPodPidsLimit, tt.oomScoreAdj)
+	}
+
+	c := admin(t)
+	if err := c.CoreV1().Pods("default").Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, time.Minute, "the deleted pod's slice removed", func(context.Context) (bool, string) {
+		out, err := stack.Exec(node, []string{"test", "-e", podSlice(pods[1])}).CombinedOutput()
+		return err != nil, string(out)
+	})
+}
+
+// TestPodMemoryLimitOOMKillsInsideThePodCgroup: a pod's pod-level memory limit (48Mi) binds
+// its containers together: two containers of 32 MiB each fit their own limits but not the
+// pod's, so the kernel kills one of them inside the pod's slice (its memory.events counts
+// it) and the container restarts OOMKilled, while the pod next to it runs on.
+func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
+	node := vmNode(t).Name
+	neighbour := runVMPod(t, vmPod("vm-oom-neighbour", map[string]string{"c": "exec sleep 100000"}))
+	hog := "dd if=/dev/zero of=/dev/null bs=32M count=100000000"
+	p := vmPod("vm-oom-pod", map[string]string{"a": hog, "b": hog})
+	p.Spec.Resources = &corev1.ResourceRequirements{Limits: rl("memory", "48Mi")}
+	c := admin(t)
+	if _, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
+	var oomed *corev1.Pod
+	stack.WaitFor(t, 3*time.Minute, "a container of vm-oom-pod OOMKilled", func(ctx context.Context) (bool, string) {
+		cur, err := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		oomed = cur
+		for _, cs := range cur.Status.ContainerStatuses {
+			if lt := cs.LastTerminationState.Terminated; lt != nil && lt.Reason == "OOMKilled" {
+				return true, ""
+			}
+			if st := cs.State.Terminated; st != nil && st.Reason == "OOMKilled" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", cur.Status.ContainerStatuses)
+	})
+	dir := podSlice(oomed)
+	if got := guestInt(t, node, dir+"/memory.max"); got != 48<<20 {
+		t.Errorf("vm-oom-pod: pod slice memory.max = %d, want %d", got, 48<<20)
+	}
+	kills := guestKeyed(t, node, dir+"/memory.events", "oom_kill")
+	if kills < 1 {
+		t.Errorf("vm-oom-pod: its slice's memory.events counts %d OOM kills, want at least 1", kills)
+	}
+	now, err := c.CoreV1().Pods("default").Get(context.Background(), neighbour.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := now.Status.ContainerStatuses[0]; cs.State.Running == nil || cs.RestartCount != 0 {
+		t.Errorf("the neighbour pod was disturbed: %+v", cs)
+	}
+	t.Logf("vm-oom-pod: %d OOM kills in its slice (memory.max 48Mi); the neighbour runs on", kills)
+}
+
+// TestPodPidsLimitStopsAForkLoop: a pod that starts 400 processes stops at podPidsLimit
+// (256): its slice's pids.current never passes it and pids.events counts the refused forks.
+func TestPodPidsLimitStopsAForkLoop(t *testing.T) {
+	node := vmNode(t).Name
+	p := runVMPod(t, vmPod("vm-fork-loop", map[string]string{
+		"c": "i=0; while [ $i -lt 400 ]; do sleep 100000 & i=$((i+1)); done 2>/dev/null; echo spawned; exec sleep 100000",
+	}))
+	dir := podSlice(p)
+	var refused int64
+	stack.WaitFor(t, 2*time.Minute, "forks refused at pids.max", func(context.Context) (bool, string) {
+		refused = guestKeyed(t, node, dir+"/pids.events", "max")
+		return refused > 0, fmt.Sprintf("pids.current %d", guestInt(t, node, dir+"/pids.current"))
+	})
+	if got := guestInt(t, node, dir+"/pids.max"); got != vmPodPidsLimit {
+		t.Errorf("pids.max = %d, want %d", got, vmPodPidsLimit)
+	}
+	cur := guestInt(t, node, dir+"/pids.current")
+	if cur > vmPodPidsLimit {
+		t.Errorf("pids.current = %d, over podPidsLimit %d", cur, vmPodPidsLimit)
+	}
+	t.Logf("vm-fork-loop: %d processes in the pod, %d forks refused at pids.max %d", cur, refused, vmPodPidsLimit)
+}
