@@ -245,18 +245,20 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
 	var oomed *corev1.Pod
-	stack.WaitFor(t, 3*time.Minute, "a container of vm-oom-pod OOMKilled", func(ctx context.Context) (bool, string) {
+	stack.WaitFor(t, 3*time.Minute, "a container of vm-oom-pod killed", func(ctx context.Context) (bool, string) {
 		cur, err := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		oomed = cur
+		// Killed by SIGKILL: containerd says OOMKilled when it saw the event in the
+		// container's own cgroup, and Error with 137 when the pod's slice was the one over
+		// its limit; the slice's memory.events tells which, below.
 		for _, cs := range cur.Status.ContainerStatuses {
-			if lt := cs.LastTerminationState.Terminated; lt != nil && lt.Reason == "OOMKilled" {
-				return true, ""
-			}
-			if st := cs.State.Terminated; st != nil && st.Reason == "OOMKilled" {
-				return true, ""
+			for _, term := range []*corev1.ContainerStateTerminated{cs.LastTerminationState.Terminated, cs.State.Terminated} {
+				if term != nil && (term.Reason == "OOMKilled" || term.ExitCode == 137) {
+					return true, ""
+				}
 			}
 		}
 		return false, fmt.Sprintf("%+v", cur.Status.ContainerStatuses)
@@ -277,27 +279,49 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 		t.Errorf("the neighbour pod was disturbed: %+v", cs)
 	}
 	t.Logf("vm-oom-pod: %d OOM kills in its slice (memory.max 48Mi); the neighbour runs on", kills)
+
+	// Deleted, its slice goes too (systemd stops it once the containers are gone).
+	if err := c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, time.Minute, "vm-oom-pod's slice removed", func(context.Context) (bool, string) {
+		out, err := stack.Exec(node, []string{"test", "-e", dir}).CombinedOutput()
+		return err != nil, string(out)
+	})
 }
 
-// TestPodPidsLimitStopsAForkLoop: a pod that starts 400 processes stops at podPidsLimit
-// (256): its slice's pids.current never passes it and pids.events counts the refused forks.
+// TestPodPidsLimitStopsAForkLoop: a pod that tries to start 400 processes stops at
+// podPidsLimit (256): a subshell forks until the kernel refuses (and dies of it, as a
+// shell does), the container's main process stays; the pod's slice then holds its limit
+// (less the subshell), and a cgroup of the pod counts the refused forks in pids.events (the forking
+// task's cgroup on this 6.1 kernel, the limiting one on newer ones).
 func TestPodPidsLimitStopsAForkLoop(t *testing.T) {
 	node := vmNode(t).Name
 	p := runVMPod(t, vmPod("vm-fork-loop", map[string]string{
-		"c": "i=0; while [ $i -lt 400 ]; do sleep 100000 & i=$((i+1)); done 2>/dev/null; echo spawned; exec sleep 100000",
+		"c": "(i=0; while [ $i -lt 400 ]; do sleep 100000 & i=$((i+1)); done) 2>/dev/null; echo spawned; exec sleep 100000",
 	}))
 	dir := podSlice(p)
-	var refused int64
-	stack.WaitFor(t, 2*time.Minute, "forks refused at pids.max", func(context.Context) (bool, string) {
-		refused = guestKeyed(t, node, dir+"/pids.events", "max")
-		return refused > 0, fmt.Sprintf("pids.current %d", guestInt(t, node, dir+"/pids.current"))
+	var refused, cur int64
+	stack.WaitFor(t, 2*time.Minute, "the pod's slice full and forks refused", func(context.Context) (bool, string) {
+		out := stack.InNode(t, node, "sh", "-c", "cat $(find "+dir+" -name pids.events) | awk '$1 == \"max\" {n += $2} END {print n+0}'")
+		refused, _ = strconv.ParseInt(out, 10, 64)
+		cur = guestInt(t, node, dir+"/pids.current")
+		// Full: the subshell refused its fork has exited, so one below the limit.
+		return refused > 0 && cur >= vmPodPidsLimit-2, fmt.Sprintf("pids.current %d, refused %d", cur, refused)
 	})
 	if got := guestInt(t, node, dir+"/pids.max"); got != vmPodPidsLimit {
 		t.Errorf("pids.max = %d, want %d", got, vmPodPidsLimit)
 	}
-	cur := guestInt(t, node, dir+"/pids.current")
 	if cur > vmPodPidsLimit {
 		t.Errorf("pids.current = %d, over podPidsLimit %d", cur, vmPodPidsLimit)
 	}
-	t.Logf("vm-fork-loop: %d processes in the pod, %d forks refused at pids.max %d", cur, refused, vmPodPidsLimit)
+	// The container was not restarted: only the subshell died of the refusals.
+	now, err := admin(t).CoreV1().Pods("default").Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := now.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Running == nil {
+		t.Errorf("vm-fork-loop's container: %+v, want running with no restart", cs)
+	}
+	t.Logf("vm-fork-loop: %d processes in the pod (pids.max %d), %d forks refused", cur, vmPodPidsLimit, refused)
 }
