@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/unitlet/unitlet/services/podsync/cgroups"
+	"github.com/unitlet/unitlet/shared/daemon"
 )
 
 type fakeRuntimeConfig struct {
@@ -210,5 +212,24 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	}
 	if got := f.shares("/kubepods/burstable"); got != 2 {
 		t.Errorf("burstable shares with no burstable pod = %d, want 2", got)
+	}
+}
+
+// roCgroups fails every Ensure as a read-only cgroup filesystem does.
+type roCgroups struct{ *fakeCgroups }
+
+func (roCgroups) Ensure(_ context.Context, n cgroups.Name, _ cgroups.Resources) error {
+	return fmt.Errorf("make cgroup %s: mkdir /sys/fs/cgroup%s: %w", n, n.CgroupfsPath(), syscall.EROFS)
+}
+
+func TestReadOnlyCgroupfsSaysWhatToDo(t *testing.T) {
+	n := &nodeCgroups{m: roCgroups{newFakeCgroups()}, perQOS: true, kubepods: cgroups.Name{"kubepods"},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), pods: map[types.UID]*corev1.Pod{}}
+	err := n.ensure(context.Background(), n.kubepods, cgroups.Resources{})
+	if err == nil || !strings.Contains(err.Error(), "cgroupDriver: systemd") || !strings.Contains(err.Error(), "ProtectControlGroups=no") {
+		t.Fatalf("err = %v, want one that names both ways out", err)
+	}
+	if !daemon.IsConfigError(err) {
+		t.Errorf("err = %v: not a configuration error (exit 2, no restart loop)", err)
 	}
 }
