@@ -27,7 +27,8 @@ const goodConfig = `{
   "makeIPTablesUtilChains": true,
   "eventRecordQPS": 50, "eventBurst": 100,
   "rotateCertificates": true, "serverTLSBootstrap": true,
-  "protectKernelDefaults": true
+  "protectKernelDefaults": true,
+  "podPidsLimit": 4096
 }`
 
 // fakeNode is a node as System sees it: a unit set, files with modes, a process, a node API.
@@ -177,7 +178,7 @@ func TestGoodNodePassesEveryApplicableCheck(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("problems: %v", problems)
 	}
-	want := map[string]Result{"4.1.3": NotApplicable, "4.1.4": NotApplicable, "4.2.6": NotApplicable, "4.2.13": NotApplicable}
+	want := map[string]Result{"4.1.3": NotApplicable, "4.1.4": NotApplicable, "4.2.6": NotApplicable}
 	if len(got) != len(checks()) {
 		t.Errorf("%d findings, want %d", len(got), len(checks()))
 	}
@@ -275,6 +276,9 @@ func TestChecksFailOnBadSettings(t *testing.T) {
 		{"weak suite configured", "4.2.12", setConfig(`"readOnlyPort": 0`, `"readOnlyPort": 0, "tlsCipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"]`)},
 		{"weak suite accepted", "4.2.12", func(f *fakeNode) { f.api.WeakSuitesAccepted = []string{"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"} }},
 		{"suites unknown", "4.2.12", func(f *fakeNode) { f.api = NodeAPI{Err: "connection refused"} }},
+		{"no pod PIDs limit", "4.2.13", setConfig(`"podPidsLimit": 4096`, `"podPidsLimit": -1`)},
+		{"pod PIDs limit unset", "4.2.13", setConfig(`,
+  "podPidsLimit": 4096`, ``)},
 		{"kernel defaults off", "4.2.K1", setConfig(`"protectKernelDefaults": true`, `"protectKernelDefaults": false`)},
 		{"kernel tunable differs", "4.2.K1", func(f *fakeNode) { f.contents["/proc/sys/kernel/panic"] = "0\n" }},
 		{"config unavailable", "4.2.1", func(f *fakeNode) { f.config = "" }},
@@ -403,7 +407,7 @@ func TestWriteTable(t *testing.T) {
 	if err := WriteTable(&b, r); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "4.2.13  N/A") || !strings.Contains(b.String(), fmt.Sprintf("%d checks: %d PASS, 0 FAIL, 4 N/A", len(checks()), len(checks())-4)) {
+	if !strings.Contains(b.String(), "4.2.13  PASS") || !strings.Contains(b.String(), fmt.Sprintf("%d checks: %d PASS, 0 FAIL, 3 N/A", len(checks()), len(checks())-3)) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }

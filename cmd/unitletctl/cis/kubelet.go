@@ -288,11 +288,15 @@ func podPidsLimit(n *Node) (Result, string, []string) {
 	if n.Config == nil {
 		return Fail, noConfig, nil
 	}
-	v := "(not set)"
-	if n.Config.PodPidsLimit != nil {
-		v = fmt.Sprint(*n.Config.PodPidsLimit)
+	if n.Config.PodPidsLimit == nil || *n.Config.PodPidsLimit <= 0 {
+		v := "(not set)"
+		if n.Config.PodPidsLimit != nil {
+			v = fmt.Sprint(*n.Config.PodPidsLimit)
+		}
+		return Fail, "podPidsLimit is not set: one pod may take every process ID of the node; set podPidsLimit (e.g. 4096)", []string{"podPidsLimit: " + v}
 	}
-	return NotApplicable, "unitlet does not apply podPidsLimit yet (the node-resources issue): a value is accepted and warned about, and no pod's PIDs are limited by it", []string{"podPidsLimit: " + v}
+	limit := *n.Config.PodPidsLimit
+	return Pass, fmt.Sprintf("podPidsLimit: %d, each pod cgroup's pids limit (podsync)", limit), []string{fmt.Sprintf("podPidsLimit: %d", limit)}
 }
 
 // kernelDefaults are the tunables the kubelet's protectKernelDefaults compares, with the
