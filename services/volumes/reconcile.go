@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"time"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -66,6 +67,9 @@ type reconciler struct {
 	log       *slog.Logger
 	// loops, when set, is told of each round (loopReconcile).
 	loops *liveness.Loops
+	// suspects are the pods with volumes on disk that neither podsync nor the runtime had
+	// at the last round: released if they are still unknown at this one.
+	suspects map[types.UID]bool
 }
 
 // loopReconcile names the reconcile loop in the health check.
@@ -152,7 +156,33 @@ func (r *reconciler) once(ctx context.Context) {
 	for _, sb := range sbs.GetItems() {
 		known[types.UID(sb.GetMetadata().GetUid())] = true
 	}
-	for _, uid := range r.m.CleanupOrphans(cctx, known, since) {
+	for _, uid := range r.m.CleanupOrphans(cctx, r.confirmOrphans(known), since) {
 		r.log.Info("released the volumes of a pod that is gone", "pod", uid)
 	}
+}
+
+// confirmOrphans is known plus every pod on disk that was not already unknown at the last
+// round: a pod is released only when two rounds in a row found no one who has it. A pod
+// in its first sync has its volumes prepared but is in podsync's list only once that sync
+// reports, and in the runtime's only once its sandbox is made; a unitlet-volumes restarted
+// in between has no memory of having prepared it, and must not take its volumes away.
+func (r *reconciler) confirmOrphans(known map[types.UID]bool) map[types.UID]bool {
+	keep := maps.Clone(known)
+	next := map[types.UID]bool{}
+	uids, err := r.m.OnDisk()
+	if err != nil {
+		r.log.Warn("list volumes on disk", "err", err)
+		return keep
+	}
+	for _, uid := range uids {
+		if known[uid] {
+			continue
+		}
+		next[uid] = true
+		if !r.suspects[uid] {
+			keep[uid] = true
+		}
+	}
+	r.suspects = next
+	return keep
 }

@@ -3,11 +3,16 @@ package volumes
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 )
@@ -65,5 +70,33 @@ func TestListPodsIsWholeOrAnError(t *testing.T) {
 				t.Fatalf("%d pods, %v; want %d (error %v)", len(pods), err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestOrphanNeedsTwoRounds: after a restart, a pod whose volumes are on disk but that
+// neither podsync nor the runtime has yet (its first sync in flight) is kept at the first
+// round, and released only if the next round still finds no one who has it.
+func TestOrphanNeedsTwoRounds(t *testing.T) {
+	m, clk := newTestManager(t, &fakePayloads{content: "x"})
+	vols := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	for _, uid := range []string{"syncing", "gone"} {
+		if _, err := m.Prepare(context.Background(), testPod(uid, vols, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m2 := NewManager(ManagerOptions{PodsDir: m.podsDir, Payloads: m.payloads, Clock: clk, Log: m.log})
+	r := &reconciler{m: m2, log: m.log}
+	clk.Step(time.Minute)
+	if got := m2.CleanupOrphans(context.Background(), r.confirmOrphans(map[types.UID]bool{}), clk.Now()); len(got) != 0 {
+		t.Fatalf("first round released %v, want none", got)
+	}
+	// Next round: podsync now has the pod whose first sync reported; the other is gone.
+	clk.Step(time.Minute)
+	got := m2.CleanupOrphans(context.Background(), r.confirmOrphans(map[types.UID]bool{"syncing": true}), clk.Now())
+	if len(got) != 1 || got[0] != "gone" {
+		t.Errorf("second round released %v, want only gone", got)
+	}
+	if _, err := os.Stat(filepath.Join(m.podsDir, "syncing", "volumes")); err != nil {
+		t.Errorf("the syncing pod's volumes were touched: %v", err)
 	}
 }
