@@ -203,28 +203,6 @@ func (h *hierarchies) checkEmpty(rel, cgroup string) error {
 // rmdir removes the cgroup's directory in every hierarchy; a missing one is fine. The
 // kernel can refuse for a moment after the last process exits, so a busy directory is
 // tried a few times before it counts as not empty.
-// waitGone waits up to within for the cgroup's directories to disappear.
-func (h *hierarchies) waitGone(ctx context.Context, rel string, within time.Duration) {
-	deadline := time.Now().Add(within)
-	for {
-		left := false
-		for _, d := range h.dirs(rel) {
-			if isDir(d) {
-				left = true
-				break
-			}
-		}
-		if !left || time.Now().After(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func (h *hierarchies) rmdir(ctx context.Context, rel, cgroup string) error {
 	for _, d := range h.dirs(rel) {
 		delay := 10 * time.Millisecond

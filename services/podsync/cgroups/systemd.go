@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -182,17 +181,8 @@ func (m *systemdManager) Remove(ctx context.Context, n Name) error {
 	if err != nil {
 		return err
 	}
-	// systemd trims the slice's cgroup as the unit goes inactive, which may be just after
-	// the stop job is reported done: wait for it a little before removing what is left.
-	m.h.waitGone(ctx, rel, 2*time.Second)
-	// What systemd does not manage (v1 hugetlb) is left for us. Where the cgroup
-	// filesystem is read-only to us (the shipped unit), a directory systemd has not trimmed
-	// yet is retried at the next cleanup, as a cgroup still in use.
-	err = m.h.rmdir(ctx, rel, slice)
-	if errors.Is(err, syscall.EROFS) {
-		return &NotEmptyError{Cgroup: slice, Err: err}
-	}
-	return err
+	// What systemd does not manage (v1 hugetlb) is left for us.
+	return m.h.rmdir(ctx, rel, slice)
 }
 
 // Children reads the slices directly under n and keeps each one's last component.
