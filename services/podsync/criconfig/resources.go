@@ -9,17 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/services/podsync/cgroups"
 )
 
-// CFS numbers the kubelet uses.
-const (
-	minShares      = 2
-	maxShares      = 262144
-	sharesPerCPU   = 1024
-	cfsPeriodUsec  = 100000 // 100ms
-	minQuotaUsec   = 1000   // 1ms
-	milliCPUPerCPU = 1000
-)
+// cfsPeriodUsec is the CFS period the kubelet uses: 100ms.
+const cfsPeriodUsec = 100000
 
 // OOM score adjustments per QoS class, as the kubelet sets them.
 const (
@@ -37,23 +32,16 @@ const (
 	resourceHugePagesPrefixLength = len(corev1.ResourceHugePagesPrefix)
 )
 
-// CPUShares converts milli-CPUs to cgroup cpu.shares: 1024 per CPU, at least 2 (also for
-// zero, the kernel's minimum) and at most 262144.
+// CPUShares converts milli-CPUs to cgroup cpu.shares, the kubelet's rule
+// (cgroups.MilliCPUToShares): 1024 per CPU, at least 2 (also for zero), at most 262144.
 func CPUShares(milliCPU int64) int64 {
-	if milliCPU == 0 {
-		return minShares
-	}
-	shares := milliCPU * sharesPerCPU / milliCPUPerCPU
-	return min(max(shares, minShares), maxShares)
+	return int64(cgroups.MilliCPUToShares(milliCPU))
 }
 
 // CPUQuota converts a milli-CPU limit to a CFS quota in microseconds per period; zero
 // means no limit. A quota is at least 1ms.
 func CPUQuota(milliCPU, periodUsec int64) int64 {
-	if milliCPU == 0 {
-		return 0
-	}
-	return max(milliCPU*periodUsec/milliCPUPerCPU, minQuotaUsec)
+	return cgroups.MilliCPUToQuota(milliCPU, periodUsec)
 }
 
 // linuxResources is the common part of container, sandbox and overhead resources.
