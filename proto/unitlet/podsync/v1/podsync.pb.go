@@ -78,6 +78,120 @@ func (StreamKind) EnumDescriptor() ([]byte, []int) {
 	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{0}
 }
 
+type ReclaimDiskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Remove unused images too (imagefs pressure); otherwise only dead containers (nodefs).
+	Images        bool `protobuf:"varint,1,opt,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReclaimDiskRequest) Reset() {
+	*x = ReclaimDiskRequest{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReclaimDiskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReclaimDiskRequest) ProtoMessage() {}
+
+func (x *ReclaimDiskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReclaimDiskRequest.ProtoReflect.Descriptor instead.
+func (*ReclaimDiskRequest) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReclaimDiskRequest) GetImages() bool {
+	if x != nil {
+		return x.Images
+	}
+	return false
+}
+
+type ReclaimDiskResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ContainersRemoved uint32                 `protobuf:"varint,1,opt,name=containers_removed,json=containersRemoved,proto3" json:"containers_removed,omitempty"`
+	SandboxesRemoved  uint32                 `protobuf:"varint,2,opt,name=sandboxes_removed,json=sandboxesRemoved,proto3" json:"sandboxes_removed,omitempty"`
+	ImagesRemoved     uint32                 `protobuf:"varint,3,opt,name=images_removed,json=imagesRemoved,proto3" json:"images_removed,omitempty"`
+	// The images' sizes as the runtime reported them.
+	ImageBytesFreed uint64 `protobuf:"varint,4,opt,name=image_bytes_freed,json=imageBytesFreed,proto3" json:"image_bytes_freed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReclaimDiskResponse) Reset() {
+	*x = ReclaimDiskResponse{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReclaimDiskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReclaimDiskResponse) ProtoMessage() {}
+
+func (x *ReclaimDiskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReclaimDiskResponse.ProtoReflect.Descriptor instead.
+func (*ReclaimDiskResponse) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReclaimDiskResponse) GetContainersRemoved() uint32 {
+	if x != nil {
+		return x.ContainersRemoved
+	}
+	return 0
+}
+
+func (x *ReclaimDiskResponse) GetSandboxesRemoved() uint32 {
+	if x != nil {
+		return x.SandboxesRemoved
+	}
+	return 0
+}
+
+func (x *ReclaimDiskResponse) GetImagesRemoved() uint32 {
+	if x != nil {
+		return x.ImagesRemoved
+	}
+	return 0
+}
+
+func (x *ReclaimDiskResponse) GetImageBytesFreed() uint64 {
+	if x != nil {
+		return x.ImageBytesFreed
+	}
+	return 0
+}
+
 type ListPodsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -86,7 +200,7 @@ type ListPodsRequest struct {
 
 func (x *ListPodsRequest) Reset() {
 	*x = ListPodsRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[0]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +212,7 @@ func (x *ListPodsRequest) String() string {
 func (*ListPodsRequest) ProtoMessage() {}
 
 func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[0]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +225,7 @@ func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{0}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{2}
 }
 
 type ListPodsResponse struct {
@@ -125,7 +239,7 @@ type ListPodsResponse struct {
 
 func (x *ListPodsResponse) Reset() {
 	*x = ListPodsResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[1]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -137,7 +251,7 @@ func (x *ListPodsResponse) String() string {
 func (*ListPodsResponse) ProtoMessage() {}
 
 func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[1]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -150,7 +264,7 @@ func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{1}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListPodsResponse) GetPods() []*Pod {
@@ -175,7 +289,7 @@ type ListPodsStreamRequest struct {
 
 func (x *ListPodsStreamRequest) Reset() {
 	*x = ListPodsStreamRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -187,7 +301,7 @@ func (x *ListPodsStreamRequest) String() string {
 func (*ListPodsStreamRequest) ProtoMessage() {}
 
 func (x *ListPodsStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[2]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -200,7 +314,7 @@ func (x *ListPodsStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsStreamRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsStreamRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{2}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{4}
 }
 
 // ListPodsStreamResponse is one part of the list: the parts' pods together are every pod.
@@ -216,7 +330,7 @@ type ListPodsStreamResponse struct {
 
 func (x *ListPodsStreamResponse) Reset() {
 	*x = ListPodsStreamResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +342,7 @@ func (x *ListPodsStreamResponse) String() string {
 func (*ListPodsStreamResponse) ProtoMessage() {}
 
 func (x *ListPodsStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[3]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +355,7 @@ func (x *ListPodsStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsStreamResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsStreamResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{3}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListPodsStreamResponse) GetPods() []*Pod {
@@ -268,7 +382,7 @@ type WatchPodsRequest struct {
 
 func (x *WatchPodsRequest) Reset() {
 	*x = WatchPodsRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +394,7 @@ func (x *WatchPodsRequest) String() string {
 func (*WatchPodsRequest) ProtoMessage() {}
 
 func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[4]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +407,7 @@ func (x *WatchPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPodsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPodsRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{4}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchPodsRequest) GetAfterSequence() uint64 {
@@ -331,7 +445,7 @@ type WatchPodsResponse struct {
 
 func (x *WatchPodsResponse) Reset() {
 	*x = WatchPodsResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +457,7 @@ func (x *WatchPodsResponse) String() string {
 func (*WatchPodsResponse) ProtoMessage() {}
 
 func (x *WatchPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[5]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +470,7 @@ func (x *WatchPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPodsResponse.ProtoReflect.Descriptor instead.
 func (*WatchPodsResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{5}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchPodsResponse) GetSequence() uint64 {
@@ -420,7 +534,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +546,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[6]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +559,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{6}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pod) GetUid() string {
@@ -547,7 +661,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +673,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[7]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +686,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{7}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Container) GetName() string {
@@ -617,7 +731,7 @@ type KillPodRequest struct {
 
 func (x *KillPodRequest) Reset() {
 	*x = KillPodRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +743,7 @@ func (x *KillPodRequest) String() string {
 func (*KillPodRequest) ProtoMessage() {}
 
 func (x *KillPodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[8]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +756,7 @@ func (x *KillPodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillPodRequest.ProtoReflect.Descriptor instead.
 func (*KillPodRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{8}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KillPodRequest) GetUid() string {
@@ -681,7 +795,7 @@ type KillPodResponse struct {
 
 func (x *KillPodResponse) Reset() {
 	*x = KillPodResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +807,7 @@ func (x *KillPodResponse) String() string {
 func (*KillPodResponse) ProtoMessage() {}
 
 func (x *KillPodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[9]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +820,7 @@ func (x *KillPodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillPodResponse.ProtoReflect.Descriptor instead.
 func (*KillPodResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{9}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{11}
 }
 
 type GetRuntimeHealthRequest struct {
@@ -717,7 +831,7 @@ type GetRuntimeHealthRequest struct {
 
 func (x *GetRuntimeHealthRequest) Reset() {
 	*x = GetRuntimeHealthRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +843,7 @@ func (x *GetRuntimeHealthRequest) String() string {
 func (*GetRuntimeHealthRequest) ProtoMessage() {}
 
 func (x *GetRuntimeHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[10]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +856,7 @@ func (x *GetRuntimeHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuntimeHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetRuntimeHealthRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{10}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{12}
 }
 
 type GetRuntimeHealthResponse struct {
@@ -754,7 +868,7 @@ type GetRuntimeHealthResponse struct {
 
 func (x *GetRuntimeHealthResponse) Reset() {
 	*x = GetRuntimeHealthResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +880,7 @@ func (x *GetRuntimeHealthResponse) String() string {
 func (*GetRuntimeHealthResponse) ProtoMessage() {}
 
 func (x *GetRuntimeHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[11]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +893,7 @@ func (x *GetRuntimeHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuntimeHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetRuntimeHealthResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{11}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRuntimeHealthResponse) GetHealth() *RuntimeHealth {
@@ -810,7 +924,7 @@ type RuntimeHealth struct {
 
 func (x *RuntimeHealth) Reset() {
 	*x = RuntimeHealth{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +936,7 @@ func (x *RuntimeHealth) String() string {
 func (*RuntimeHealth) ProtoMessage() {}
 
 func (x *RuntimeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[12]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +949,7 @@ func (x *RuntimeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeHealth.ProtoReflect.Descriptor instead.
 func (*RuntimeHealth) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{12}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RuntimeHealth) GetRuntimeReady() bool {
@@ -907,7 +1021,7 @@ type GetStreamingURLRequest struct {
 
 func (x *GetStreamingURLRequest) Reset() {
 	*x = GetStreamingURLRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1033,7 @@ func (x *GetStreamingURLRequest) String() string {
 func (*GetStreamingURLRequest) ProtoMessage() {}
 
 func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[13]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1046,7 @@ func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLRequest.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{13}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetStreamingURLRequest) GetPodUid() string {
@@ -1008,7 +1122,7 @@ type GetStreamingURLResponse struct {
 
 func (x *GetStreamingURLResponse) Reset() {
 	*x = GetStreamingURLResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1134,7 @@ func (x *GetStreamingURLResponse) String() string {
 func (*GetStreamingURLResponse) ProtoMessage() {}
 
 func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[14]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1147,7 @@ func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLResponse.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{14}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetStreamingURLResponse) GetUrl() string {
@@ -1047,7 +1161,14 @@ var File_unitlet_podsync_v1_podsync_proto protoreflect.FileDescriptor
 
 const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\n" +
-	" unitlet/podsync/v1/podsync.proto\x12\x12unitlet.podsync.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n" +
+	" unitlet/podsync/v1/podsync.proto\x12\x12unitlet.podsync.v1\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
+	"\x12ReclaimDiskRequest\x12\x16\n" +
+	"\x06images\x18\x01 \x01(\bR\x06images\"\xc4\x01\n" +
+	"\x13ReclaimDiskResponse\x12-\n" +
+	"\x12containers_removed\x18\x01 \x01(\rR\x11containersRemoved\x12+\n" +
+	"\x11sandboxes_removed\x18\x02 \x01(\rR\x10sandboxesRemoved\x12%\n" +
+	"\x0eimages_removed\x18\x03 \x01(\rR\rimagesRemoved\x12*\n" +
+	"\x11image_bytes_freed\x18\x04 \x01(\x04R\x0fimageBytesFreed\"\x11\n" +
 	"\x0fListPodsRequest\"[\n" +
 	"\x10ListPodsResponse\x12+\n" +
 	"\x04pods\x18\x01 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\x12\x1a\n" +
@@ -1123,14 +1244,15 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x17STREAM_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_KIND_EXEC\x10\x01\x12\x16\n" +
 	"\x12STREAM_KIND_ATTACH\x10\x02\x12\x1c\n" +
-	"\x18STREAM_KIND_PORT_FORWARD\x10\x032\xdd\x04\n" +
+	"\x18STREAM_KIND_PORT_FORWARD\x10\x032\xbd\x05\n" +
 	"\x0ePodSyncService\x12U\n" +
 	"\bListPods\x12#.unitlet.podsync.v1.ListPodsRequest\x1a$.unitlet.podsync.v1.ListPodsResponse\x12i\n" +
 	"\x0eListPodsStream\x12).unitlet.podsync.v1.ListPodsStreamRequest\x1a*.unitlet.podsync.v1.ListPodsStreamResponse0\x01\x12Z\n" +
 	"\tWatchPods\x12$.unitlet.podsync.v1.WatchPodsRequest\x1a%.unitlet.podsync.v1.WatchPodsResponse0\x01\x12R\n" +
 	"\aKillPod\x12\".unitlet.podsync.v1.KillPodRequest\x1a#.unitlet.podsync.v1.KillPodResponse\x12m\n" +
 	"\x10GetRuntimeHealth\x12+.unitlet.podsync.v1.GetRuntimeHealthRequest\x1a,.unitlet.podsync.v1.GetRuntimeHealthResponse\x12j\n" +
-	"\x0fGetStreamingURL\x12*.unitlet.podsync.v1.GetStreamingURLRequest\x1a+.unitlet.podsync.v1.GetStreamingURLResponseB?Z=github.com/unitlet/unitlet/proto/unitlet/podsync/v1;podsyncv1b\x06proto3"
+	"\x0fGetStreamingURL\x12*.unitlet.podsync.v1.GetStreamingURLRequest\x1a+.unitlet.podsync.v1.GetStreamingURLResponse\x12^\n" +
+	"\vReclaimDisk\x12&.unitlet.podsync.v1.ReclaimDiskRequest\x1a'.unitlet.podsync.v1.ReclaimDiskResponseB?Z=github.com/unitlet/unitlet/proto/unitlet/podsync/v1;podsyncv1b\x06proto3"
 
 var (
 	file_unitlet_podsync_v1_podsync_proto_rawDescOnce sync.Once
@@ -1145,49 +1267,53 @@ func file_unitlet_podsync_v1_podsync_proto_rawDescGZIP() []byte {
 }
 
 var file_unitlet_podsync_v1_podsync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_unitlet_podsync_v1_podsync_proto_goTypes = []any{
 	(StreamKind)(0),                  // 0: unitlet.podsync.v1.StreamKind
-	(*ListPodsRequest)(nil),          // 1: unitlet.podsync.v1.ListPodsRequest
-	(*ListPodsResponse)(nil),         // 2: unitlet.podsync.v1.ListPodsResponse
-	(*ListPodsStreamRequest)(nil),    // 3: unitlet.podsync.v1.ListPodsStreamRequest
-	(*ListPodsStreamResponse)(nil),   // 4: unitlet.podsync.v1.ListPodsStreamResponse
-	(*WatchPodsRequest)(nil),         // 5: unitlet.podsync.v1.WatchPodsRequest
-	(*WatchPodsResponse)(nil),        // 6: unitlet.podsync.v1.WatchPodsResponse
-	(*Pod)(nil),                      // 7: unitlet.podsync.v1.Pod
-	(*Container)(nil),                // 8: unitlet.podsync.v1.Container
-	(*KillPodRequest)(nil),           // 9: unitlet.podsync.v1.KillPodRequest
-	(*KillPodResponse)(nil),          // 10: unitlet.podsync.v1.KillPodResponse
-	(*GetRuntimeHealthRequest)(nil),  // 11: unitlet.podsync.v1.GetRuntimeHealthRequest
-	(*GetRuntimeHealthResponse)(nil), // 12: unitlet.podsync.v1.GetRuntimeHealthResponse
-	(*RuntimeHealth)(nil),            // 13: unitlet.podsync.v1.RuntimeHealth
-	(*GetStreamingURLRequest)(nil),   // 14: unitlet.podsync.v1.GetStreamingURLRequest
-	(*GetStreamingURLResponse)(nil),  // 15: unitlet.podsync.v1.GetStreamingURLResponse
-	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(*ReclaimDiskRequest)(nil),       // 1: unitlet.podsync.v1.ReclaimDiskRequest
+	(*ReclaimDiskResponse)(nil),      // 2: unitlet.podsync.v1.ReclaimDiskResponse
+	(*ListPodsRequest)(nil),          // 3: unitlet.podsync.v1.ListPodsRequest
+	(*ListPodsResponse)(nil),         // 4: unitlet.podsync.v1.ListPodsResponse
+	(*ListPodsStreamRequest)(nil),    // 5: unitlet.podsync.v1.ListPodsStreamRequest
+	(*ListPodsStreamResponse)(nil),   // 6: unitlet.podsync.v1.ListPodsStreamResponse
+	(*WatchPodsRequest)(nil),         // 7: unitlet.podsync.v1.WatchPodsRequest
+	(*WatchPodsResponse)(nil),        // 8: unitlet.podsync.v1.WatchPodsResponse
+	(*Pod)(nil),                      // 9: unitlet.podsync.v1.Pod
+	(*Container)(nil),                // 10: unitlet.podsync.v1.Container
+	(*KillPodRequest)(nil),           // 11: unitlet.podsync.v1.KillPodRequest
+	(*KillPodResponse)(nil),          // 12: unitlet.podsync.v1.KillPodResponse
+	(*GetRuntimeHealthRequest)(nil),  // 13: unitlet.podsync.v1.GetRuntimeHealthRequest
+	(*GetRuntimeHealthResponse)(nil), // 14: unitlet.podsync.v1.GetRuntimeHealthResponse
+	(*RuntimeHealth)(nil),            // 15: unitlet.podsync.v1.RuntimeHealth
+	(*GetStreamingURLRequest)(nil),   // 16: unitlet.podsync.v1.GetStreamingURLRequest
+	(*GetStreamingURLResponse)(nil),  // 17: unitlet.podsync.v1.GetStreamingURLResponse
+	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
 }
 var file_unitlet_podsync_v1_podsync_proto_depIdxs = []int32{
-	7,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	7,  // 1: unitlet.podsync.v1.ListPodsStreamResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	7,  // 2: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	16, // 3: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
-	8,  // 4: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
-	13, // 5: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
-	16, // 6: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
+	9,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	9,  // 1: unitlet.podsync.v1.ListPodsStreamResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	9,  // 2: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
+	18, // 3: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
+	10, // 4: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
+	15, // 5: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
+	18, // 6: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
 	0,  // 7: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
-	1,  // 8: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
-	3,  // 9: unitlet.podsync.v1.PodSyncService.ListPodsStream:input_type -> unitlet.podsync.v1.ListPodsStreamRequest
-	5,  // 10: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
-	9,  // 11: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
-	11, // 12: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
-	14, // 13: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
-	2,  // 14: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
-	4,  // 15: unitlet.podsync.v1.PodSyncService.ListPodsStream:output_type -> unitlet.podsync.v1.ListPodsStreamResponse
-	6,  // 16: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
-	10, // 17: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
-	12, // 18: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
-	15, // 19: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
+	3,  // 8: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
+	5,  // 9: unitlet.podsync.v1.PodSyncService.ListPodsStream:input_type -> unitlet.podsync.v1.ListPodsStreamRequest
+	7,  // 10: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
+	11, // 11: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
+	13, // 12: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
+	16, // 13: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
+	1,  // 14: unitlet.podsync.v1.PodSyncService.ReclaimDisk:input_type -> unitlet.podsync.v1.ReclaimDiskRequest
+	4,  // 15: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
+	6,  // 16: unitlet.podsync.v1.PodSyncService.ListPodsStream:output_type -> unitlet.podsync.v1.ListPodsStreamResponse
+	8,  // 17: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
+	12, // 18: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
+	14, // 19: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
+	17, // 20: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
+	2,  // 21: unitlet.podsync.v1.PodSyncService.ReclaimDisk:output_type -> unitlet.podsync.v1.ReclaimDiskResponse
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1198,14 +1324,14 @@ func file_unitlet_podsync_v1_podsync_proto_init() {
 	if File_unitlet_podsync_v1_podsync_proto != nil {
 		return
 	}
-	file_unitlet_podsync_v1_podsync_proto_msgTypes[8].OneofWrappers = []any{}
+	file_unitlet_podsync_v1_podsync_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_podsync_v1_podsync_proto_rawDesc), len(file_unitlet_podsync_v1_podsync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

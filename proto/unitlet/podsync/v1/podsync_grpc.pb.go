@@ -29,6 +29,7 @@ const (
 	PodSyncService_KillPod_FullMethodName          = "/unitlet.podsync.v1.PodSyncService/KillPod"
 	PodSyncService_GetRuntimeHealth_FullMethodName = "/unitlet.podsync.v1.PodSyncService/GetRuntimeHealth"
 	PodSyncService_GetStreamingURL_FullMethodName  = "/unitlet.podsync.v1.PodSyncService/GetStreamingURL"
+	PodSyncService_ReclaimDisk_FullMethodName      = "/unitlet.podsync.v1.PodSyncService/ReclaimDisk"
 )
 
 // PodSyncServiceClient is the client API for PodSyncService service.
@@ -70,6 +71,11 @@ type PodSyncServiceClient interface {
 	// port-forward session to a pod's container (the node API's /exec, /attach and
 	// /portForward hand it to the client). Only root may call it.
 	GetStreamingURL(ctx context.Context, in *GetStreamingURLRequest, opts ...grpc.CallOption) (*GetStreamingURLResponse, error)
+	// ReclaimDisk frees disk as the kubelet's eviction manager does before it evicts for
+	// disk pressure: it removes the dead containers and sandboxes of pods that no longer run
+	// or that keep more than they need, then every image no container uses. Only root may
+	// call it. A podsync older than this call answers UNIMPLEMENTED.
+	ReclaimDisk(ctx context.Context, in *ReclaimDiskRequest, opts ...grpc.CallOption) (*ReclaimDiskResponse, error)
 }
 
 type podSyncServiceClient struct {
@@ -158,6 +164,16 @@ func (c *podSyncServiceClient) GetStreamingURL(ctx context.Context, in *GetStrea
 	return out, nil
 }
 
+func (c *podSyncServiceClient) ReclaimDisk(ctx context.Context, in *ReclaimDiskRequest, opts ...grpc.CallOption) (*ReclaimDiskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReclaimDiskResponse)
+	err := c.cc.Invoke(ctx, PodSyncService_ReclaimDisk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PodSyncServiceServer is the server API for PodSyncService service.
 // All implementations must embed UnimplementedPodSyncServiceServer
 // for forward compatibility.
@@ -197,6 +213,11 @@ type PodSyncServiceServer interface {
 	// port-forward session to a pod's container (the node API's /exec, /attach and
 	// /portForward hand it to the client). Only root may call it.
 	GetStreamingURL(context.Context, *GetStreamingURLRequest) (*GetStreamingURLResponse, error)
+	// ReclaimDisk frees disk as the kubelet's eviction manager does before it evicts for
+	// disk pressure: it removes the dead containers and sandboxes of pods that no longer run
+	// or that keep more than they need, then every image no container uses. Only root may
+	// call it. A podsync older than this call answers UNIMPLEMENTED.
+	ReclaimDisk(context.Context, *ReclaimDiskRequest) (*ReclaimDiskResponse, error)
 	mustEmbedUnimplementedPodSyncServiceServer()
 }
 
@@ -224,6 +245,9 @@ func (UnimplementedPodSyncServiceServer) GetRuntimeHealth(context.Context, *GetR
 }
 func (UnimplementedPodSyncServiceServer) GetStreamingURL(context.Context, *GetStreamingURLRequest) (*GetStreamingURLResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStreamingURL not implemented")
+}
+func (UnimplementedPodSyncServiceServer) ReclaimDisk(context.Context, *ReclaimDiskRequest) (*ReclaimDiskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReclaimDisk not implemented")
 }
 func (UnimplementedPodSyncServiceServer) mustEmbedUnimplementedPodSyncServiceServer() {}
 func (UnimplementedPodSyncServiceServer) testEmbeddedByValue()                        {}
@@ -340,6 +364,24 @@ func _PodSyncService_GetStreamingURL_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PodSyncService_ReclaimDisk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReclaimDiskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PodSyncServiceServer).ReclaimDisk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PodSyncService_ReclaimDisk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PodSyncServiceServer).ReclaimDisk(ctx, req.(*ReclaimDiskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PodSyncService_ServiceDesc is the grpc.ServiceDesc for PodSyncService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -362,6 +404,10 @@ var PodSyncService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStreamingURL",
 			Handler:    _PodSyncService_GetStreamingURL_Handler,
+		},
+		{
+			MethodName: "ReclaimDisk",
+			Handler:    _PodSyncService_ReclaimDisk_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
