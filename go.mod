@@ -11,6 +11,7 @@ require (
 	github.com/unitlet/unitlet/services/podsync v0.0.0
 	github.com/unitlet/unitlet/services/status v0.0.0
 	github.com/unitlet/unitlet/services/certs v0.0.0
+	github.com/unitlet/unitlet/services/eviction v0.0.0
 	github.com/unitlet/unitlet/services/volumes v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	google.golang.org/grpc v1.79.3
@@ -86,6 +87,7 @@ replace (
 	github.com/unitlet/unitlet/services/podsync => ./services/podsync
 	github.com/unitlet/unitlet/services/status => ./services/status
 	github.com/unitlet/unitlet/services/certs => ./services/certs
+	github.com/unitlet/unitlet/services/eviction => ./services/eviction
 	github.com/unitlet/unitlet/services/volumes => ./services/volumes
 	github.com/unitlet/unitlet/shared => ./shared
 )
