@@ -210,7 +210,7 @@ func TestCgroupsOnTheSystemdDriver(t *testing.T) {
 	if err := c.CoreV1().Pods("default").Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.WaitFor(t, time.Minute, "the deleted pod's slice removed", func(context.Context) (bool, string) {
+	stack.WaitFor(t, 3*time.Minute, "the deleted pod's slice removed", func(context.Context) (bool, string) {
 		out, err := stack.Exec(node, []string{"test", "-e", podSlice(pods[1])}).CombinedOutput()
 		return err != nil, string(out)
 	})
@@ -273,7 +273,15 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	if err := c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.WaitFor(t, time.Minute, "vm-oom-pod's slice removed", func(context.Context) (bool, string) {
+	// The pod's 30 s grace period, the final status, podsync's cleanup round (10 s) and
+	// systemd stopping the slice: on a slow emulated guest this took over a minute in CI.
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := stack.Exec(node, []string{"journalctl", "-u", "unitlet-podsync", "--no-pager", "-o", "short-monotonic", "--grep", string(oomed.UID) + "|cgroup"}).CombinedOutput()
+			t.Logf("podsync's log on vm-oom-pod and cgroups:\n%s", out)
+		}
+	})
+	stack.WaitFor(t, 3*time.Minute, "vm-oom-pod's slice removed", func(context.Context) (bool, string) {
 		out, err := stack.Exec(node, []string{"test", "-e", dir}).CombinedOutput()
 		return err != nil, string(out)
 	})

@@ -504,12 +504,23 @@ func (m *Manager) current(ctx context.Context, ns, name string, uid types.UID, r
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, errGone
+	case apierrors.IsForbidden(err) && !m.cached(ns, name, uid):
+		// The node authorizer knows a pod only while it is bound to this node: one deleted
+		// from the API reads as Forbidden ("no relationship found"), not NotFound. The
+		// informer, which sees every pod of this node, agrees that it is gone.
+		return nil, errGone
 	case err != nil:
 		return nil, fmt.Errorf("read pod %s/%s: %w", ns, name, err)
 	case pod.UID != uid:
 		return nil, errGone
 	}
 	return pod, nil
+}
+
+// cached reports whether the informer holds the pod with the given UID.
+func (m *Manager) cached(ns, name string, uid types.UID) bool {
+	pod, err := m.lister.Pods(ns).Get(name)
+	return err == nil && pod.UID == uid
 }
 
 func (m *Manager) patch(ctx context.Context, ns, name string, patch []byte) (*corev1.Pod, error) {

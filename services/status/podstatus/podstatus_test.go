@@ -681,3 +681,27 @@ func TestFromClientPassesTheSequence(t *testing.T) {
 		t.Errorf("after_sequence = %d, want 42", c.after)
 	}
 }
+
+// The node authorizer answers Forbidden for a pod that no longer exists (it is no longer
+// bound to the node): such a pod is dropped like a NotFound one, not retried for ever.
+func TestForbiddenReadOfAPodMissingFromTheInformerDropsIt(t *testing.T) {
+	f := buildFixture(t, nil, 0, apiPod("a", "uid-a", corev1.PodStatus{}))
+	f.client.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == "gone" {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "gone", errors.New("no relationship found between node 'n' and this object"))
+		}
+		return false, nil, nil
+	})
+	f.start(t)
+	f.w.send(t, msg(1, true,
+		psPod("uid-a", "a", SourceAPI, running(true, t0)),
+		psPod("uid-gone", "gone", SourceAPI, running(true, t0)),
+	))
+	f.settle(t)
+	if n := f.attempts("get"); n != 1 {
+		t.Errorf("reads = %d, want 1: a Forbidden read of a pod the informer lacks means it is gone", n)
+	}
+	if got := f.apiPod(t, "a"); got.Status.Phase != corev1.PodRunning {
+		t.Errorf("phase of a = %s, want Running", got.Status.Phase)
+	}
+}
