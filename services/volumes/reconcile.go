@@ -3,8 +3,6 @@ package volumes
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"maps"
 	"time"
@@ -19,39 +17,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/liveness"
 )
 
 // PodLister is podsync's ListPodsStream, and ListPods for a podsync that predates it.
-type PodLister interface {
-	ListPodsStream(ctx context.Context, req *podsyncv1.ListPodsStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[podsyncv1.ListPodsStreamResponse], error)
-	ListPods(ctx context.Context, req *podsyncv1.ListPodsRequest, opts ...grpc.CallOption) (*podsyncv1.ListPodsResponse, error)
-}
+type PodLister = bus.PodLister
 
-// listPods is every pod podsync has: all the parts of ListPodsStream (no message grows
-// with the node's pods), or ListPods when podsync predates ListPodsStream. A list is
-// whole or an error: a stream that breaks before its end is an error, never the pods it
-// brought so far, which would make the others look like orphans.
+// listPods is every pod podsync has, whole or an error (bus.ListPods): a list cut short
+// would make the pods it lacks look like orphans.
 func listPods(ctx context.Context, l PodLister) ([]*podsyncv1.Pod, error) {
-	stream, err := l.ListPodsStream(ctx, &podsyncv1.ListPodsStreamRequest{})
-	var pods []*podsyncv1.Pod
-	for err == nil {
-		var part *podsyncv1.ListPodsStreamResponse
-		if part, err = stream.Recv(); err == nil {
-			pods = append(pods, part.GetPods()...)
-		}
-	}
-	switch {
-	case errors.Is(err, io.EOF):
-		return pods, nil
-	case grpcstatus.Code(err) == codes.Unimplemented:
-		resp, err := l.ListPods(ctx, &podsyncv1.ListPodsRequest{})
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetPods(), nil
-	}
-	return nil, err
+	return bus.ListPods(ctx, l)
 }
 
 // SandboxLister is the runtime's ListPodSandbox.
