@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
 	"github.com/unitlet/unitlet/shared/bus"
@@ -64,11 +65,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer podsyncConn.Close()
+	evictionConn, err := bus.Dial(cfg.SocketDir, "eviction")
+	if err != nil {
+		return err
+	}
+	defer evictionConn.Close()
 
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	p := parts{
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
+		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
 		nodeAPIUsers: cfg.NodeAPIUsers, loops: liveness.New(time.Now),
 	}
@@ -89,6 +96,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		d.Go("node lease", nodeStatus.RunLease)
 		// Pod statuses: podsync's watch to the API, and final deletions.
 		d.Go("pod statuses", podStatus.Run)
+		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
+		d.Go("pressure conditions", p.pressure.Run)
 	}
 	// Bound before READY=1: a port in use fails the start with the reason.
 	api, err := p.nodeAPI()

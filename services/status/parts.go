@@ -38,6 +38,7 @@ type parts struct {
 	restConfig *rest.Config
 	rt         *cri.Client
 	podsync    podsyncClient
+	pressure   *pressureWatch
 	socketDir  string
 	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
 	nodeAPIUsers []string
@@ -61,6 +62,8 @@ func (p parts) nodeStatus() (*nodestatus.Controller, error) {
 		Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, p.nc.Identity(), p.machine) },
 		Config:     kc,
 		Runtime:    p.podsync,
+		Pressure:   p.pressure,
+		Wake:       p.pressure.wake,
 		Services:   checkServices(p.socketDir),
 		Images:     imageLister{rt: p.rt},
 		Recorder:   recorder,

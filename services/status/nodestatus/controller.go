@@ -64,6 +64,9 @@ type Options struct {
 	Services func(ctx context.Context) error
 	// Pressure may be nil: no eviction service.
 	Pressure PressureSource
+	// Wake, when set, makes the status loop sync at once (a pressure condition changed)
+	// instead of at its next period.
+	Wake <-chan struct{}
 	// Images may be nil: node.status.images stays empty.
 	Images   ImageSource
 	Recorder record.EventRecorder
@@ -104,6 +107,7 @@ type Controller struct {
 	runtime            RuntimeSource
 	services           func(ctx context.Context) error
 	pressure           PressureSource
+	wake               <-chan struct{}
 	images             ImageSource
 	recorder           record.EventRecorder
 	clock              clock.Clock
@@ -166,6 +170,7 @@ func New(o Options) (*Controller, error) {
 		runtime:         o.Runtime,
 		services:        o.Services,
 		pressure:        o.Pressure,
+		wake:            o.Wake,
 		images:          o.Images,
 		recorder:        o.Recorder,
 		clock:           o.Clock,

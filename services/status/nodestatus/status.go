@@ -317,6 +317,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.wake:
 		case <-c.clock.After(c.updateFrequency):
 		}
 	}
