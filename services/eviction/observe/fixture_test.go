@@ -79,20 +79,26 @@ const gib = int64(1) << 30
 // device than the temporary directories. It needs root.
 func tmpfsDir(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
 	dir := filepath.Join(t.TempDir(), "tmpfs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mount a tmpfs: %v", err)
+	mountTmpfs(t, dir)
+	return dir
+}
+
+// mountTmpfs mounts a small tmpfs on dir until the test ends; it needs root.
+func mountTmpfs(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	return dir
 }
