@@ -39,30 +39,32 @@ type Notifier interface {
 // threshold in either direction, as the v1 event does. It measures the same number as the
 // signal, not a proxy such as PSI or memory.events, so the crossing it reports is the one
 // eviction acts on; a second is far below the eviction loop's 10 s period, for the cost of
-// reading two small files once a second.
+// reading two small files once a second. The sampler also serves on v1 when the cgroup's
+// cgroup.event_control cannot be written (a read-only cgroup mount in a container).
 func (s *Source) MemoryNotifier() (Notifier, error) {
-	if s.h.unified {
-		return s.newSampler(func() (Value, error) { return s.rootMemory() }), nil
-	}
-	n, err := s.newEventNotifier(s.h.memory, s.rootMemoryUse)
-	if err != nil {
-		return nil, err
-	}
-	return n, nil
+	return s.notifier(s.h.memory, s.rootMemoryUse), nil
 }
 
 // AllocatableMemoryNotifier is MemoryNotifier for allocatableMemory.available: on cgroup
 // v1 the event is on the kubepods cgroup (the kubelet's allocatable notifier), on v2 the
 // signal is sampled.
 func (s *Source) AllocatableMemoryNotifier() (Notifier, error) {
-	if s.h.unified {
-		return s.newSampler(func() (Value, error) { v, _, err := s.allocatableMemoryUse(); return v, err }), nil
+	return s.notifier(filepath.Join(s.h.memory, s.kubepods), s.allocatableMemoryUse), nil
+}
+
+// notifier is the threshold event on the v1 memory cgroup dir when its event_control can
+// be written, else a sampler of the signal measure computes.
+func (s *Source) notifier(dir string, measure func() (Value, memoryUse, error)) Notifier {
+	if !s.h.unified {
+		if f, err := os.OpenFile(filepath.Join(dir, "cgroup.event_control"), os.O_WRONLY, 0); err == nil {
+			f.Close()
+			return &eventNotifier{dir: dir, measure: measure, ch: make(chan struct{}, 1)}
+		}
 	}
-	n, err := s.newEventNotifier(filepath.Join(s.h.memory, s.kubepods), s.allocatableMemoryUse)
-	if err != nil {
-		return nil, err
-	}
-	return n, nil
+	return s.newSampler(func() (Value, error) {
+		v, _, err := measure()
+		return v, err
+	})
 }
 
 // eventNotifier is the cgroup v1 memory threshold event on one cgroup.
@@ -75,13 +77,6 @@ type eventNotifier struct {
 	closed  bool
 	current *os.File // the armed eventfd
 	readers sync.WaitGroup
-}
-
-func (s *Source) newEventNotifier(dir string, measure func() (Value, memoryUse, error)) (*eventNotifier, error) {
-	if _, err := os.Stat(filepath.Join(dir, "cgroup.event_control")); err != nil {
-		return nil, fmt.Errorf("memory notifier: %w", err)
-	}
-	return &eventNotifier{dir: dir, measure: measure, ch: make(chan struct{}, 1)}, nil
 }
 
 func (n *eventNotifier) C() <-chan struct{} { return n.ch }

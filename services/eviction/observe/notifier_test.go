@@ -151,6 +151,18 @@ func TestEventNotifierCgroupV1(t *testing.T) {
 	if _, usage := registration(t, filepath.Join(mnt, "memory")); usage != 0 {
 		t.Errorf("usage threshold %d, want 0", usage)
 	}
+
+	// Without a cgroup.event_control to write, the signal is sampled.
+	if err := os.Remove(filepath.Join(mnt, "memory/unitlet/kubepods/cgroup.event_control")); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ = s.AllocatableMemoryNotifier(); a == nil {
+		t.Fatal("no notifier")
+	}
+	if _, ok := a.(*sampler); !ok {
+		t.Errorf("allocatable notifier without cgroup.event_control is a %T, want a sampler", a)
+	}
+	wantClosed(t, a)
 }
 
 func TestSamplerCgroupV2(t *testing.T) {
