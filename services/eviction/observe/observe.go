@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -48,6 +50,10 @@ type Options struct {
 	AllocatableMemory func() int64
 	// ProcRoot is where procfs is mounted, "/proc".
 	ProcRoot string
+	// VolumeStatsPeriod is how long Pods reuses a pod's volume measurement, since walking
+	// large volumes is costly: the kubelet's volumeStatsAggPeriod (1m by default). 0
+	// measures them on every call.
+	VolumeStatsPeriod time.Duration
 }
 
 // Runtime is the part of the CRI runtime and image services the observation uses.
@@ -86,6 +92,9 @@ type Source struct {
 	driver    string
 	procRoot  string
 	sampleGap time.Duration // how often the v2 memory notifiers sample
+
+	mu      sync.Mutex
+	volumes map[types.UID]volumeUsage // the last measurement of each pod's volumes
 }
 
 // New checks the options and finds the cgroup hierarchies.
@@ -113,7 +122,7 @@ func New(o Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}
-	return &Source{o: o, h: h, kubepods: kubepods, driver: o.CgroupDriver, procRoot: o.ProcRoot, sampleGap: time.Second}, nil
+	return &Source{o: o, h: h, kubepods: kubepods, driver: o.CgroupDriver, procRoot: o.ProcRoot, sampleGap: time.Second, volumes: map[types.UID]volumeUsage{}}, nil
 }
 
 // CgroupV2 reports whether the node runs the unified cgroup v2 hierarchy.

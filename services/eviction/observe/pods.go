@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -138,12 +140,14 @@ func (s *Source) Pods(ctx context.Context) (map[types.UID]Pod, error) {
 	}
 
 	cgroups, cgroupsErr := s.podCgroups()
+	now := time.Now()
+	s.forgetVolumes(pods)
 	out := make(map[types.UID]Pod, len(pods))
 	for uid, p := range pods {
 		slices.SortFunc(p.Containers, func(a, b Container) int { return cmp.Compare(a.Name, b.Name) })
 		var errs []error
 		errs = append(errs, s.podLogs(p)...)
-		errs = append(errs, s.podVolumes(p)...)
+		errs = append(errs, s.podVolumes(p, now)...)
 		errs = append(errs, s.podCgroup(p, cgroups, cgroupsErr)...)
 		p.Err = errors.Join(errs...)
 		out[uid] = *p
@@ -170,25 +174,75 @@ func (s *Source) podLogs(p *Pod) []error {
 	return errs
 }
 
-// podVolumes measures the pod's local ephemeral volumes and its hosts file under
-// <RootDir>/pods/<uid>. An emptyDir that is a mount point of its own (a tmpfs) goes to
-// MemoryVolumes.
-func (s *Source) podVolumes(p *Pod) []error {
-	var errs []error
-	podDir := filepath.Join(s.podsDir(), string(p.UID))
+// volumeUsage is what a pod's volumes use, measured at one time.
+type volumeUsage struct {
+	at                     time.Time
+	volumes, memory, inode map[string]int64
+	errs                   []error
+}
+
+// podVolumes measures the pod's local ephemeral volumes (or takes a measurement younger
+// than VolumeStatsPeriod) and its hosts file, under <RootDir>/pods/<uid>.
+func (s *Source) podVolumes(p *Pod, now time.Time) []error {
+	var u volumeUsage
+	s.mu.Lock()
+	cached, ok := s.volumes[p.UID]
+	s.mu.Unlock()
+	if ok && s.o.VolumeStatsPeriod > 0 && now.Sub(cached.at) < s.o.VolumeStatsPeriod {
+		u = cached
+	} else {
+		u = s.measureVolumes(p.UID)
+		u.at = now
+		s.mu.Lock()
+		s.volumes[p.UID] = u
+		s.mu.Unlock()
+	}
+	p.Volumes, p.MemoryVolumes, p.VolumeInodes = maps.Clone(u.volumes), maps.Clone(u.memory), maps.Clone(u.inode)
+	errs := slices.Clone(u.errs)
+
+	hosts := filepath.Join(s.podsDir(), string(p.UID), "etc-hosts")
+	if _, err := os.Lstat(hosts); err == nil {
+		if p.EtcHosts, _, err = diskUsage(hosts); err != nil {
+			errs = append(errs, fmt.Errorf("hosts file: %w", err))
+		}
+	}
+	return errs
+}
+
+// forgetVolumes drops the volume measurements of pods not in keep.
+func (s *Source) forgetVolumes(keep map[types.UID]*Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.volumes {
+		if _, ok := keep[uid]; !ok {
+			delete(s.volumes, uid)
+		}
+	}
+}
+
+// measureVolumes walks the pod's volume directories of the ephemeral plugins. An emptyDir
+// that is a mount point of its own (a tmpfs) goes to memory.
+func (s *Source) measureVolumes(uid types.UID) volumeUsage {
+	var u volumeUsage
+	add := func(m *map[string]int64, name string, n int64) {
+		if *m == nil {
+			*m = map[string]int64{}
+		}
+		(*m)[name] = n
+	}
 	for _, plugin := range ephemeralVolumePlugins {
-		pluginDir := filepath.Join(podDir, "volumes", plugin)
+		pluginDir := filepath.Join(s.podsDir(), string(uid), "volumes", plugin)
 		entries, err := os.ReadDir(pluginDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("volumes: %w", err))
+			u.errs = append(u.errs, fmt.Errorf("volumes: %w", err))
 			continue
 		}
 		var parent unix.Stat_t
 		if err := unix.Stat(pluginDir, &parent); err != nil {
-			errs = append(errs, fmt.Errorf("volumes: stat %s: %w", pluginDir, err))
+			u.errs = append(u.errs, fmt.Errorf("volumes: stat %s: %w", pluginDir, err))
 			continue
 		}
 		for _, e := range entries {
@@ -199,39 +253,24 @@ func (s *Source) podVolumes(p *Pod) []error {
 			var st unix.Stat_t
 			if err := unix.Stat(dir, &st); err != nil {
 				if !errors.Is(err, unix.ENOENT) {
-					errs = append(errs, fmt.Errorf("volume %s: stat %s: %w", e.Name(), dir, err))
+					u.errs = append(u.errs, fmt.Errorf("volume %s: stat %s: %w", e.Name(), dir, err))
 				}
 				continue
 			}
 			used, inodes, err := diskUsage(dir)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("volume %s: %w", e.Name(), err))
+				u.errs = append(u.errs, fmt.Errorf("volume %s: %w", e.Name(), err))
 				continue
 			}
-			if p.VolumeInodes == nil {
-				p.VolumeInodes = map[string]int64{}
-			}
-			p.VolumeInodes[e.Name()] = inodes
+			add(&u.inode, e.Name(), inodes)
 			if plugin == ephemeralVolumePlugins[0] && st.Dev != parent.Dev {
-				if p.MemoryVolumes == nil {
-					p.MemoryVolumes = map[string]int64{}
-				}
-				p.MemoryVolumes[e.Name()] = used
-				continue
+				add(&u.memory, e.Name(), used)
+			} else {
+				add(&u.volumes, e.Name(), used)
 			}
-			if p.Volumes == nil {
-				p.Volumes = map[string]int64{}
-			}
-			p.Volumes[e.Name()] = used
 		}
 	}
-	hosts := filepath.Join(podDir, "etc-hosts")
-	if _, err := os.Lstat(hosts); err == nil {
-		if p.EtcHosts, _, err = diskUsage(hosts); err != nil {
-			errs = append(errs, fmt.Errorf("hosts file: %w", err))
-		}
-	}
-	return errs
+	return u
 }
 
 // podCgroup reads the pod cgroup's working set and task count. Without the cgroup the

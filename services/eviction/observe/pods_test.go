@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -322,5 +323,44 @@ func TestPodsRuntimeError(t *testing.T) {
 	}
 	if pods, err := s.Pods(context.Background()); err == nil || !strings.Contains(err.Error(), "runtime down") {
 		t.Errorf("Pods with the runtime down = %v, %v; want its error", pods, err)
+	}
+}
+
+func TestPodVolumesReused(t *testing.T) {
+	mnt, proc, root := v1Fixture(t), procFixture(t), t.TempDir()
+	cache := filepath.Join(root, "pods", "aaaa-1111", "volumes", "kubernetes.io~empty-dir", "cache")
+	write(t, cache, "f1", strings.Repeat("a", 10<<10))
+	rt := podsRuntime(root)
+	s, err := New(Options{CgroupMount: mnt, CgroupDriver: "cgroupfs", RootDir: root, ProcRoot: proc, Runtime: rt, VolumeStatsPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := func() int64 {
+		t.Helper()
+		pods, err := s.Pods(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pods["aaaa-1111"].Volumes["cache"]
+	}
+	first := used()
+	write(t, cache, "f2", strings.Repeat("b", 100<<10))
+	if got := used(); got != first {
+		t.Errorf("within the period: %d, want the first measurement %d", got, first)
+	}
+	// A pod gone from the runtime is forgotten, and measured afresh when it is back.
+	saved := rt.stats
+	rt.stats = nil
+	used()
+	rt.stats = saved
+	if got := used(); got <= first {
+		t.Errorf("after the pod was gone: %d, want more than %d", got, first)
+	}
+	// Without a period, every call measures.
+	s.o.VolumeStatsPeriod = 0
+	before := used()
+	write(t, cache, "f3", strings.Repeat("c", 100<<10))
+	if got := used(); got <= before {
+		t.Errorf("without a period: %d, want more than %d", got, before)
 	}
 }
