@@ -33,7 +33,9 @@
 // container's working set and writable layer come from CRI ListContainerStats; its log
 // usage is every file in /var/log/pods/<namespace>_<name>_<uid>/<container>/. A pod's
 // memory is its pod cgroup's working set (the sum of its containers' when the cgroup is not
-// found); its processes are the pod cgroup's pids.current. Volume, log and etc-hosts usage
-// is measured like the kubelet's du: allocated blocks times 512, hard links once, without
-// leaving the file system the measured directory is on.
+// found). Its processes are the pod cgroup's pids.current: every task of the pod, threads
+// and the sandbox included, which is what pid.available counts and podPidsLimit limits
+// (the kubelet's own count sums its containers' cgroup.procs lines, threads not counted).
+// Volume, log and etc-hosts usage is measured like the kubelet's du: allocated blocks times
+// 512, hard links once, without leaving the file system the measured directory is on.
 package observe

@@ -28,19 +28,19 @@ const (
 
 // Options says where to look.
 type Options struct {
-	// CgroupMount is where the cgroup file system is mounted, "/sys/fs/cgroup": the v2
-	// hierarchy, or a directory of v1 hierarchies. Which one is found out.
+	// CgroupMount is where the cgroup file system is mounted, "/sys/fs/cgroup" (the
+	// default): the v2 hierarchy, or a directory of v1 hierarchies. Which one is found out.
 	CgroupMount string
 	// CgroupRoot is the KubeletConfiguration's cgroupRoot ("" and "/" are the root): the
 	// node-allocatable cgroup, kubepods, is below it.
 	CgroupRoot string
-	// CgroupDriver is "cgroupfs" or "systemd"; it names the kubepods cgroup and the pod
-	// cgroups below it.
+	// CgroupDriver is "cgroupfs" (the default) or "systemd"; it names the kubepods cgroup
+	// and the pod cgroups below it.
 	CgroupDriver string
 	// RootDir is the node's root directory (on nodefs); pods' volumes are under
 	// <RootDir>/pods/<uid>/volumes.
 	RootDir string
-	// PodLogsDir holds the containers' logs, "/var/log/pods".
+	// PodLogsDir holds the containers' logs, "/var/log/pods" (the default).
 	PodLogsDir string
 	// Runtime is the container runtime; *cri.Client is one.
 	Runtime Runtime
@@ -48,7 +48,7 @@ type Options struct {
 	// allocatableMemory.available when the kubepods cgroup has no memory limit. Nil or 0:
 	// unknown.
 	AllocatableMemory func() int64
-	// ProcRoot is where procfs is mounted, "/proc".
+	// ProcRoot is where procfs is mounted, "/proc" (the default).
 	ProcRoot string
 	// VolumeStatsPeriod is how long Pods reuses a pod's volume measurement, since walking
 	// large volumes is costly: the kubelet's volumeStatsAggPeriod (1m by default). 0
@@ -97,13 +97,17 @@ type Source struct {
 	volumes map[types.UID]volumeUsage // the last measurement of each pod's volumes
 }
 
-// New checks the options and finds the cgroup hierarchies.
+// New checks the options and finds the cgroup hierarchies. RootDir and Runtime are
+// required.
 func New(o Options) (*Source, error) {
 	if o.CgroupMount == "" {
 		o.CgroupMount = "/sys/fs/cgroup"
 	}
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
+	}
+	if o.CgroupDriver == "" {
+		o.CgroupDriver = "cgroupfs" // the kubelet's default
 	}
 	if o.PodLogsDir == "" {
 		o.PodLogsDir = "/var/log/pods"
