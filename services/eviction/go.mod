@@ -7,7 +7,13 @@ replace (
 	github.com/unitlet/unitlet/shared => ../../shared
 )
 
-require github.com/unitlet/unitlet/shared v0.0.0
+require (
+	github.com/unitlet/unitlet/shared v0.0.0
+	golang.org/x/sys v0.40.0
+	google.golang.org/grpc v1.79.3
+	k8s.io/apimachinery v0.36.3
+	k8s.io/cri-api v0.36.3
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -25,12 +31,10 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/unitlet/unitlet/proto v0.0.0 // indirect
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
-	go.opentelemetry.io/otel/sdk/metric v1.40.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.40.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/net v0.49.0 // indirect
-	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
-	google.golang.org/grpc v1.79.3 // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 )
