@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
@@ -22,6 +24,9 @@ func evictionCmd(ctx context.Context, g globals, now time.Time) error {
 	}
 	defer done()
 	resp, err := evictionv1.NewEvictionServiceClient(conn).GetState(ctx, &evictionv1.GetStateRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("this unitlet-eviction (%s) does not report its state (unitlet.eviction.v1 GetState): upgrade it", path)
+	}
 	if err != nil {
 		return explain("eviction", path, err)
 	}

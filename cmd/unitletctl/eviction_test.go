@@ -223,4 +223,9 @@ func TestEvictionNotRunningAndUsage(t *testing.T) {
 	if _, _, code := ctl("--socket-dir="+dir, "eviction", "extra"); code != 2 {
 		t.Errorf("eviction extra: exit %d, want 2", code)
 	}
+	// A unitlet-eviction that serves no EvictionService (its skeleton) is named as such.
+	old := serveFake(t, "eviction", func(*daemon.Daemon) {})
+	if _, errOut, code := ctl("--socket-dir="+old, "eviction"); code != 1 || !strings.Contains(errOut, "does not report its state") {
+		t.Errorf("eviction against a service without its API: exit %d %q", code, errOut)
+	}
 }
