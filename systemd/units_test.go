@@ -43,11 +43,12 @@ const binDir = "/usr/local/bin/"
 // capabilities is the capability bounding set each service may keep, space-separated. A new
 // service must be added here: its capabilities are a decision, not a default.
 var capabilities = map[string]string{
-	"unitlet-certs.service":   "",
-	"unitlet-config.service":  "",
-	"unitlet-podsync.service": "",
-	"unitlet-status.service":  "",
-	"unitlet-volumes.service": "CAP_SYS_ADMIN CAP_CHOWN CAP_FOWNER CAP_FSETID CAP_DAC_OVERRIDE",
+	"unitlet-certs.service":    "",
+	"unitlet-config.service":   "",
+	"unitlet-eviction.service": "CAP_DAC_READ_SEARCH",
+	"unitlet-podsync.service":  "",
+	"unitlet-status.service":   "",
+	"unitlet-volumes.service":  "CAP_SYS_ADMIN CAP_CHOWN CAP_FOWNER CAP_FSETID CAP_DAC_OVERRIDE",
 }
 
 // analyze returns the path of systemd-analyze. The unit tests are part of the suite on every

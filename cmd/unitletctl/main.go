@@ -7,6 +7,7 @@
 //	unitletctl pods                  the node's pods: status, readiness, restarts, age, IP
 //	unitletctl node                  the node in the API: registration, conditions, lease
 //	unitletctl certs [rotate KIND]   the node's certificates and their rotation; force one
+//	unitletctl eviction              node pressure: signals against thresholds, conditions, last evictions
 //	unitletctl cis                   this node against the CIS Kubernetes Benchmark's worker-node checks
 //	unitletctl version               unitletctl's own version
 //
@@ -53,6 +54,8 @@ Commands:
   node                 the node in the API (unitlet-status): registration, conditions, lease, pod status writes
   certs                the node's certificates (unitlet-certs): subject, not-after, next rotation, state
   certs rotate [client|serving]  force a rotation and follow it until the new certificate is in use
+  eviction             node pressure (unitlet-eviction): each signal against its hard and soft thresholds
+                       (MET when met), the pressure conditions, the last evictions
   cis                  this node against the CIS Kubernetes Benchmark v1.10 worker-node checks (4.1, 4.2);
                        reads the units, files, configuration in effect and node API (run as root); exit 1 on a FAIL
   version              unitletctl's version
@@ -120,6 +123,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = nodeCmd(ctx, g, time.Now())
 	case "certs":
 		err = certsCmd(ctx, g, rest, time.Now())
+	case "eviction":
+		if len(rest) > 0 {
+			err = usageError(fmt.Errorf("eviction takes no arguments"))
+			break
+		}
+		err = evictionCmd(ctx, g, time.Now())
 	case "cis":
 		if len(rest) > 0 {
 			err = usageError(fmt.Errorf("cis takes no arguments"))

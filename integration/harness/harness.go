@@ -438,7 +438,7 @@ func tail(path string, n int) string {
 }
 
 // unitletBinaries are the binaries a stack runs, built from this checkout.
-var unitletBinaries = []string{"unitlet-config", "unitlet-certs", "unitlet-podsync", "unitlet-status", "unitlet-volumes", "unitletctl", "unitlet-harness"}
+var unitletBinaries = []string{"unitlet-config", "unitlet-certs", "unitlet-podsync", "unitlet-status", "unitlet-volumes", "unitlet-eviction", "unitletctl", "unitlet-harness"}
 
 // buildUnitlet puts the unitlet binaries of this checkout into the stack's bin dir: copied
 // from UNITLET_BIN_DIR when it is set (what `make build` made: `make run` and `make test`

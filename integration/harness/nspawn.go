@@ -582,6 +582,11 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	// pods' log directories too.
 	if svc == "podsync" {
 		rw += " " + h.nodePodLogsDir(n.Name) + " " + machineHostCgroupMount
+	}
+	// The pods' cgroups are the host's, where the stack's containerd makes them: podsync
+	// makes their parents there, eviction reads them (read-only, as its unit has the
+	// machine's own /sys/fs/cgroup).
+	if svc == "podsync" || svc == "eviction" {
 		fmt.Fprintf(&b, "Environment=UNITLET_CGROUP_MOUNT=%s\n", machineHostCgroupMount)
 	}
 	fmt.Fprintf(&b, "ReadWritePaths=%s\n", rw)

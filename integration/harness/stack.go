@@ -212,6 +212,6 @@ func LoadStack(path string) (*Stack, error) {
 }
 
 // knownServices are the unitlet services a node may run.
-var knownServices = []string{"config", "certs", "podsync", "status", "volumes"}
+var knownServices = []string{"config", "certs", "podsync", "status", "volumes", "eviction"}
 
 func trimExt(name string) string { return name[:len(name)-len(filepath.Ext(name))] }

@@ -41,6 +41,9 @@ type fakeNode struct {
 	virt     string
 }
 
+// showUnits is the systemctl command that reads the units of goodFakeNode's unitlet.target.
+const showUnits = "show -p Id -p FragmentPath -p DropInPaths -p ActiveState -p MainPID unitlet-certs.service unitlet-config.service unitlet-config.socket unitlet-eviction.service unitlet-volumes.service unitlet.target"
+
 func goodFakeNode() *fakeNode {
 	f := &fakeNode{
 		config:   goodConfig,
@@ -52,7 +55,7 @@ func goodFakeNode() *fakeNode {
 	}
 	for _, p := range []string{
 		"/etc/systemd/system/unitlet.target", "/etc/systemd/system/unitlet-config.service", "/etc/systemd/system/unitlet-config.socket",
-		"/etc/systemd/system/unitlet-certs.service", "/etc/systemd/system/unitlet-config.service.d/site.conf",
+		"/etc/systemd/system/unitlet-certs.service", "/etc/systemd/system/unitlet-eviction.service", "/etc/systemd/system/unitlet-config.service.d/site.conf",
 		"/etc/unitlet/config.yaml", "/etc/unitlet/config.d/10-site.conf", "/etc/unitlet/pki/ca.crt",
 		"/var/lib/unitlet/kubeconfig", "/etc/unitlet/bootstrap.kubeconfig",
 		"/var/lib/unitlet/pki/kubelet-client-2026-01-01-00-00-00.pem", "/var/lib/unitlet/pki/kubelet-server-2026-01-01-00-00-00.pem",
@@ -70,8 +73,8 @@ users: [{name: u, user: {client-certificate: pki/kubelet-client-current.pem, cli
 	for k, v := range kernelDefaults {
 		f.contents[filepath.Join("/proc/sys", strings.ReplaceAll(k, ".", "/"))] = v + "\n"
 	}
-	f.show["show -p Wants -p ConsistsOf -p LoadState unitlet.target"] = "Wants=unitlet-config.socket unitlet-config.service unitlet-certs.service unitlet-volumes.service\nConsistsOf=unitlet-config.service unitlet-config.socket unitlet-certs.service\nLoadState=loaded\n"
-	f.show["show -p Id -p FragmentPath -p DropInPaths -p ActiveState -p MainPID unitlet-certs.service unitlet-config.service unitlet-config.socket unitlet-volumes.service unitlet.target"] = `Id=unitlet-certs.service
+	f.show["show -p Wants -p ConsistsOf -p LoadState unitlet.target"] = "Wants=unitlet-config.socket unitlet-config.service unitlet-certs.service unitlet-eviction.service unitlet-volumes.service\nConsistsOf=unitlet-config.service unitlet-config.socket unitlet-certs.service unitlet-eviction.service\nLoadState=loaded\n"
+	f.show[showUnits] = `Id=unitlet-certs.service
 FragmentPath=/etc/systemd/system/unitlet-certs.service
 DropInPaths=
 ActiveState=active
@@ -88,6 +91,12 @@ FragmentPath=/etc/systemd/system/unitlet-config.socket
 DropInPaths=
 ActiveState=active
 MainPID=0
+
+Id=unitlet-eviction.service
+FragmentPath=/etc/systemd/system/unitlet-eviction.service
+DropInPaths=
+ActiveState=active
+MainPID=44
 
 Id=unitlet-volumes.service
 FragmentPath=
@@ -194,7 +203,7 @@ func TestGoodNodePassesEveryApplicableCheck(t *testing.T) {
 	// The units examined are every one systemd has of unitlet.target, with drop-ins; an
 	// uninstalled unit (no fragment) is not one of them.
 	ev := strings.Join(got["4.1.1"].Evidence, "\n")
-	for _, p := range []string{"unitlet.target", "unitlet-config.socket", "unitlet-config.service.d/site.conf", "unitlet-certs.service"} {
+	for _, p := range []string{"unitlet.target", "unitlet-config.socket", "unitlet-config.service.d/site.conf", "unitlet-certs.service", "unitlet-eviction.service"} {
 		if !strings.Contains(ev, p) {
 			t.Errorf("4.1.1 evidence lacks %s:\n%s", p, ev)
 		}
@@ -237,6 +246,8 @@ func TestChecksFailOnBadSettings(t *testing.T) {
 		{"drop-in 0640", "4.1.1", setMode("/etc/systemd/system/unitlet-config.service.d/site.conf", 0o640)},
 		{"target not root's", "4.1.2", setOwner("/etc/systemd/system/unitlet.target", 1000, 0)},
 		{"socket unit group not root", "4.1.2", setOwner("/etc/systemd/system/unitlet-config.socket", 0, 100)},
+		{"eviction unit 0644", "4.1.1", setMode("/etc/systemd/system/unitlet-eviction.service", 0o644)},
+		{"eviction unit not root's", "4.1.2", setOwner("/etc/systemd/system/unitlet-eviction.service", 0, 100)},
 		{"proxy kubeconfig 0644", "4.1.3", func(f *fakeNode) {
 			f.files["/var/lib/kube-proxy/kubeconfig.conf"] = File{Path: "/var/lib/kube-proxy/kubeconfig.conf", Exists: true, Mode: 0o644}
 		}},
@@ -269,7 +280,7 @@ func TestChecksFailOnBadSettings(t *testing.T) {
 		{"tlsCertFile missing", "4.2.9", setConfig(`"readOnlyPort": 0`, `"readOnlyPort": 0, "tlsCertFile": "/etc/unitlet/pki/node.crt", "tlsPrivateKeyFile": "/etc/unitlet/pki/node.key"`)},
 		{"no rotation", "4.2.10", setConfig(`"rotateCertificates": true`, `"rotateCertificates": false`)},
 		{"unitlet-certs not running", "4.2.10", func(f *fakeNode) {
-			k := "show -p Id -p FragmentPath -p DropInPaths -p ActiveState -p MainPID unitlet-certs.service unitlet-config.service unitlet-config.socket unitlet-volumes.service unitlet.target"
+			k := showUnits
 			f.show[k] = strings.Replace(f.show[k], "ActiveState=active\nMainPID=43", "ActiveState=failed\nMainPID=0", 1)
 		}},
 		{"no serving rotation", "4.2.11", setConfig(`"serverTLSBootstrap": true`, `"serverTLSBootstrap": false`)},
@@ -345,7 +356,7 @@ func (s *standaloneNode) NodeConfig(ctx context.Context) (*configv1.NodeConfig, 
 
 func TestProcessFromUnitWhenNotRunning(t *testing.T) {
 	f := goodFakeNode()
-	k := "show -p Id -p FragmentPath -p DropInPaths -p ActiveState -p MainPID unitlet-certs.service unitlet-config.service unitlet-config.socket unitlet-volumes.service unitlet.target"
+	k := showUnits
 	f.show[k] = strings.Replace(f.show[k], "MainPID=42", "MainPID=0", 1)
 	f.show["show -p ExecStart -p Environment unitlet-config.service"] = "ExecStart={ path=/usr/local/bin/unitlet-config ; argv[]=/usr/local/bin/unitlet-config --config=/etc/unitlet/config.yaml --hostname-override=x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\nEnvironment=UNITLET_SOCKET_DIR=/run/unitlet GOTRACEBACK=crash\n"
 	got, _ := results(t, f)
