@@ -244,9 +244,18 @@ func sortedKeys(m map[string]string) []string {
 func parseSignal(field, name string) (Signal, error) {
 	s := Signal(name)
 	if !s.Valid() {
-		return "", fmt.Errorf("%s[%s]: unsupported eviction signal %q", field, name, name)
+		return "", fmt.Errorf("%s: unsupported eviction signal %q", fieldKey(field, name), name)
 	}
 	return s, nil
+}
+
+// fieldKey names a key of a map field, as field[key], quoting a key that would not print
+// plainly on one line.
+func fieldKey(field, key string) string {
+	if q := strconv.Quote(key); q[1:len(q)-1] != key || key == "" || strings.ContainsAny(key, "[]") {
+		return field + "[" + q + "]"
+	}
+	return field + "[" + key + "]"
 }
 
 // parsePercentage reads "10%" as 0.1, as the kubelet does (every trailing % dropped, a

@@ -184,6 +184,11 @@ func TestParse(t *testing.T) {
 			err:  `evictionHard[memory.free]: unsupported eviction signal "memory.free"`,
 		},
 		{
+			name: "a key that does not print plainly is quoted",
+			kc:   withHard(map[string]string{"memory.available\n": "1Gi"}),
+			err:  `evictionHard["memory.available\n"]: unsupported eviction signal "memory.available\n"`,
+		},
+		{
 			name: "soft threshold error names evictionSoft",
 			kc:   &kubeletconfigv1beta1.KubeletConfiguration{EvictionSoft: map[string]string{"memory.available": "x"}},
 			err:  `evictionSoft[memory.available]: "x" is neither a quantity nor a percentage`,
