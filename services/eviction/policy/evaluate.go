@@ -89,8 +89,8 @@ func (r Result) ConditionList() []corev1.NodeConditionType {
 
 // Evaluate decides, from the signals observed at now, which thresholds of cfg are
 // crossed and met and which pressure conditions hold, as the kubelet's eviction manager
-// does in one round, and updates st for the next round. A signal missing from obs crosses
-// nothing.
+// does in one round, and updates st for the next round (a nil st is taken as the zero
+// State and the update lost). A signal missing from obs crosses nothing.
 //
 // The kubelet's rules: a threshold is crossed when the signal's available amount is below
 // it. A threshold met in the last round stays in play until the signal is at least the
@@ -99,6 +99,9 @@ func (r Result) ConditionList() []corev1.NodeConditionType {
 // restart keeps. Every threshold in play, met or not, marks its condition observed now,
 // and a condition is true while it was observed less than cfg.TransitionPeriod ago.
 func Evaluate(cfg Config, obs Observations, st *State, now time.Time) Result {
+	if st == nil {
+		st = &State{}
+	}
 	prevMet := map[string]bool{}
 	for _, k := range st.Met {
 		prevMet[k] = true

@@ -426,3 +426,11 @@ func TestSignals(t *testing.T) {
 		}
 	}
 }
+
+func TestEvaluateNilState(t *testing.T) {
+	cfg := mustParse(t, &kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: map[string]string{"memory.available": "100Mi"}})
+	r := Evaluate(cfg, Observations{SignalMemoryAvailable: mem("1Mi", t0)}, nil, t0)
+	if keys(r.Met) != "hard/memory.available" || !r.Conditions[corev1.NodeMemoryPressure] {
+		t.Errorf("result %+v", r)
+	}
+}

@@ -230,11 +230,15 @@ func cmpName(a, b PodStats) int {
 //
 //   - memory signals: pods using more memory than they request first, then lower
 //     priority first, then the most memory used above the request first;
-//   - disk signals: the same with the pod's disk usage and its ephemeral-storage request,
-//     the usage counting, by layout, the writable layers, the logs, and the hostPath and
-//     local ephemeral volumes (see diskParts); for the inode signals usage is in inodes,
-//     measured against the pod's (absent) inodes request for the first key and, as the
-//     kubelet does, less its ephemeral-storage request for the last;
+//   - disk signals: the same with the pod's disk usage and its ephemeral-storage request.
+//     On one filesystem the usage is the writable layers, the logs and the hostPath and
+//     local ephemeral volumes (emptyDir on disk, configMap, gitRepo) for every disk
+//     signal. With a dedicated image filesystem, nodefs counts logs and volumes, imagefs
+//     and containerfs the writable layers. With the writable layers split from the
+//     images, nodefs and containerfs count all three and imagefs nothing (a pod has no
+//     share of the images). For the inode signals usage is in inodes, measured against
+//     the pod's (absent) inodes request for the first key and, as the kubelet does, less
+//     its ephemeral-storage request for the last;
 //   - pid.available: lower priority first, then the most processes first.
 //
 // A pod with NoStats comes first within its priority for PIDs and before every measured
@@ -332,9 +336,9 @@ func Rank(s Signal, pods []PodStats, layout FsLayout) []PodStats {
 }
 
 // Message is the kubelet's status message for a pod evicted to reclaim signal s, and the
-// annotations of its eviction event. t is the met threshold reported on (the kubelet
-// reports the first actionable threshold of s's resource) and obs that threshold's
-// signal's observation. For example:
+// annotations of its eviction event. t is the met threshold reported on and obs its
+// signal's observation: the kubelet reports the first actionable threshold of s's
+// resource, which is the threshold it reclaims, Result.Actionable[0]. For example:
 //
 //	The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Container x was using 200Mi, request is 0, has larger consumption of memory.
 //

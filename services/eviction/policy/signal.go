@@ -9,6 +9,23 @@
 // decides. The rules, reasons and message texts are the kubelet's (v1.36); where the
 // kubelet depends on feature gates, the package follows their defaults in that release
 // (PodLevelResources on, TaintTolerationComparisonOperators off).
+//
+// One round of the kubelet's eviction manager, every MonitoringPeriod, in these terms:
+//
+//  1. Once the filesystem layout is known, cfg = cfg.ForLayout(layout).
+//  2. r := Evaluate(cfg, observations, &state, now); report r.Conditions, and judge new
+//     pods with Admit(pod, r.ConditionList()).
+//  3. With cfg.LocalStorageCapacityIsolation, evict every pod LocalStorageViolations
+//     returns (grace period ImmediateGracePeriodSeconds, reason Reason, the violation's
+//     message); if there was any, the round ends here.
+//  4. If r.Actionable is empty, the round ends. Otherwise t := r.Actionable[0] is the
+//     threshold to reclaim.
+//  5. If NodeReclaim(t.Signal, layout) has anything to free, free it, observe again, and
+//     if ReclaimedAll(cfg, newObservations) the round ends without eviction.
+//  6. Evict the first pod of Rank(t.Signal, pods, layout), with GracePeriod(t, cfg, pod),
+//     reason Reason and Message(t.Signal, t, observations[t.Signal], podStats): one pod
+//     a round. The kubelet then waits (up to 30s) for the pod to be cleaned up before the
+//     next round.
 package policy
 
 import (
