@@ -39,7 +39,7 @@ for _ in $(seq 60); do
 done
 echo
 echo "== unitletctl status"
-on_node unitletctl status config podsync status volumes || true
+on_node unitletctl status config podsync status volumes eviction || true
 echo
 echo "== unitletctl node (standalone: nothing is written to an API server)"
 on_node unitletctl node || true

@@ -100,8 +100,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	// The eviction loop: measure every monitoring period and when woken; reclaim or evict.
 	d.Go("evict", m.Run)
-	// Memory: the kernel's notification where it has one, so a crossing is acted on at once.
-	d.Go("memory notifications", func(ctx context.Context) error { return notifyMemory(ctx, src, m, log) })
+	// Memory: with kernelMemcgNotification, a crossing is acted on at once (the kernel's
+	// threshold event on cgroup v1, a 1 s sampler on v2); otherwise, as the kubelet, every
+	// monitoring period.
+	if kc.KernelMemcgNotification {
+		d.Go("memory notifications", func(ctx context.Context) error { return notifyMemory(ctx, src, m, log) })
+	}
 	// Reloads: a new generation of the configuration replaces the thresholds in place.
 	d.Go("config", func(ctx context.Context) error { return followConfig(ctx, cfg.SocketDir, nc.Generation, m, log) })
 	return d.Run(ctx)
