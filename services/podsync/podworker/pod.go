@@ -43,6 +43,10 @@ type worker struct {
 	mountsFor *corev1.Pod
 	// cgroupFor is the pod version whose cgroup was last made or adopted.
 	cgroupFor *corev1.Pod
+	// final is the status the pod ended with: once terminated, a pod's status no longer
+	// follows the runtime (whose dead containers garbage collection may remove), as the
+	// kubelet never changes a terminal pod's status.
+	final *corev1.PodStatus
 }
 
 type restartRequest struct {
