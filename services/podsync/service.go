@@ -370,9 +370,14 @@ func (s *Service) Subscribe(after uint64) (*watch.Event[[]*podsyncv1.Pod], *watc
 	return nil, s.hub.Subscribe(after)
 }
 
-// Kill stops a pod for good with a reason (evictions).
+// Kill evicts a pod (unitlet-eviction's KillPod), as the kubelet's eviction manager does:
+// a Warning event with reason and message, then the pod is stopped with grace (nil: its own
+// grace period, 0: at once) and ends Failed with reason and message and the condition
+// DisruptionTarget=True, reason TerminationByKubelet. The kubelet's event also carries
+// annotations naming the starved resource and the offending containers; KillPod does not
+// carry them, so the event has none.
 func (s *Service) Kill(uid types.UID, grace *int64, reason, message string) error {
-	if !s.workers.Kill(uid, grace, reason, message) {
+	if !s.workers.Evict(uid, grace, reason, message) {
 		return fmt.Errorf("pod %s: %w", uid, errUnknownPod)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,23 +197,56 @@ func newPod(name string, created int64) *corev1.Pod {
 	}
 }
 
-type serviceFixture struct {
-	s   *Service
-	m   *podworker.Manager
-	cri *fakeCRI
+// eventLog records pod events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string // "<pod> <type> <reason>: <message>"
 }
 
-func newServiceFixture(t *testing.T, maxPods int) *serviceFixture {
+func (e *eventLog) Event(pod *corev1.Pod, eventType, reason, message string) {
+	e.mu.Lock()
+	e.events = append(e.events, fmt.Sprintf("%s %s %s: %s", pod.Name, eventType, reason, message))
+	e.mu.Unlock()
+}
+
+// of is the events of the named pod, without the pod's name.
+func (e *eventLog) of(pod string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.events {
+		if rest, ok := strings.CutPrefix(ev, pod+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+type serviceFixture struct {
+	s      *Service
+	m      *podworker.Manager
+	cri    *fakeCRI
+	events *eventLog
+	clk    *clocktesting.FakeClock
+}
+
+// newServiceFixture is a service whose workers run on a fakeCRI; set changes its options.
+func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	s := NewService(ServiceOptions{Log: log, Clock: clk, Node: testNode, MaxPods: maxPods, SourcesWanted: []string{"api", "file"}})
+	events := &eventLog{}
+	o := ServiceOptions{Log: log, Clock: clk, Node: testNode, MaxPods: maxPods, SourcesWanted: []string{"api", "file"}, Events: events}
+	for _, f := range set {
+		f(&o)
+	}
+	s := NewService(o)
 	cri := newFakeCRI()
 	m := podworker.NewManager(podworker.Options{
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
-		Report: s.Report,
-		Clock:  clk, Log: log, Resync: time.Hour,
+		Report: s.Report, Events: events,
+		Clock: clk, Log: log, Resync: time.Hour,
 	})
 	s.Attach(m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,7 +259,7 @@ func newServiceFixture(t *testing.T, maxPods int) *serviceFixture {
 		cancel()
 		<-done
 	})
-	return &serviceFixture{s: s, m: m, cri: cri}
+	return &serviceFixture{s: s, m: m, cri: cri, events: events, clk: clk}
 }
 
 func podStatus(t *testing.T, p *podsyncv1.Pod) corev1.PodStatus {

@@ -28,13 +28,14 @@ type state struct {
 	terminating, unwanted bool
 	grace                 *int64
 	killReason, killMsg   string
+	disruption            *corev1.PodCondition
 	restarts              map[string]restartRequest
 }
 
 func (w *worker) snapshot() state {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, restarts: map[string]restartRequest{}}
+	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, disruption: w.disruption, restarts: map[string]restartRequest{}}
 	for k, v := range w.restarts {
 		st.restarts[k] = v
 	}
