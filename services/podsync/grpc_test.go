@@ -114,7 +114,7 @@ func bigNode(t *testing.T, n, annotationBytes int) (*serviceFixture, podsyncv1.P
 
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	podsyncv1.RegisterPodSyncServiceServer(srv, NewServer(f.s, nil, nil))
+	podsyncv1.RegisterPodSyncServiceServer(srv, NewServer(f.s, nil, nil, nil))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///podsync",
@@ -252,7 +252,7 @@ func TestKillPodIsAnEviction(t *testing.T) {
 	f := newServiceFixture(t, 0)
 	f.s.SetPods("api", []*corev1.Pod{newPod("victim", 1)})
 	waitListed(t, f.s, "victim running", func(l map[string]*podsyncv1.Pod) bool { return running(t, l["victim"]) })
-	srv := NewServer(f.s, nil, nil)
+	srv := NewServer(f.s, nil, nil, nil)
 	ctx := context.Background()
 
 	if _, err := srv.KillPod(ctx, &podsyncv1.KillPodRequest{Uid: "uid-victim"}); status.Code(err) != codes.InvalidArgument {

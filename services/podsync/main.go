@@ -110,8 +110,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cg.active = workers.Active
 	svc.Attach(workers, relister)
 	health := newRuntimeHealth(rt, relister)
-	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))
-	for _, m := range []string{"KillPod", "GetStreamingURL"} {
+	images := newImageGC(ctx, kc, rt, clk, reg, log)
+	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, log: log.With("component", "reclaim")}
+	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
+	for _, m := range []string{"KillPod", "GetStreamingURL", "ReclaimDisk"} {
 		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
 	}
 	d.SetHealthCheck(func(context.Context) error { return relistError(relister) })
@@ -129,7 +131,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Runtime status: CRI Status every 5 s for the health report.
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
-	d.Go("image gc", newImageGC(ctx, kc, rt, clk, reg, log).Run)
+	d.Go("image gc", images.Run)
 	// Pod sources: the static pod directory, the static pod URL, the API server.
 	for _, src := range podSources(kc, nodeName, client, svc, log) {
 		d.Go(src.name, src.run)

@@ -424,6 +424,24 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 	}
 }
 
+// RuntimeRemovable returns, as of the call, whether all that is dead of a pod in the
+// runtime may be removed (disk reclaim): no worker runs it (its worker has terminated, or
+// it has none), and every source has reported (before, a pod without a worker may only not
+// be known yet). These are the kubelet's pods whose runtime should be removed.
+func (s *Service) RuntimeRemovable() func(types.UID) bool {
+	s.mu.Lock()
+	ready := true
+	for _, src := range s.sourcesWanted {
+		ready = ready && s.seen[src]
+	}
+	s.mu.Unlock()
+	if !ready {
+		return func(types.UID) bool { return false }
+	}
+	active := s.workers.Active()
+	return func(uid types.UID) bool { return !active[uid] }
+}
+
 // orphanGrace is the grace period the kubelet's annotations recorded on the pod's
 // containers.
 func orphanGrace(rp *relist.Pod) *int64 {

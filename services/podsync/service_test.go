@@ -35,7 +35,11 @@ type fakeCRI struct {
 	seq        int64
 	sandboxes  map[string]*runtimeapi.PodSandboxConfig
 	sbReady    map[string]bool
+	sbCreated  map[string]int64
 	containers map[string]*fakeCtr
+	// unseen are sandboxes and containers the workers' view does not show, so that their
+	// own pruning of dead instances does not race a test of disk reclaim.
+	unseen map[string]bool
 }
 
 type fakeCtr struct {
@@ -46,7 +50,7 @@ type fakeCtr struct {
 }
 
 func newFakeCRI() *fakeCRI {
-	return &fakeCRI{sandboxes: map[string]*runtimeapi.PodSandboxConfig{}, sbReady: map[string]bool{}, containers: map[string]*fakeCtr{}}
+	return &fakeCRI{sandboxes: map[string]*runtimeapi.PodSandboxConfig{}, sbReady: map[string]bool{}, sbCreated: map[string]int64{}, containers: map[string]*fakeCtr{}, unseen: map[string]bool{}}
 }
 
 func (f *fakeCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -54,7 +58,7 @@ func (f *fakeCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxR
 	defer f.mu.Unlock()
 	f.seq++
 	id := fmt.Sprintf("sb%d", f.seq)
-	f.sandboxes[id], f.sbReady[id] = in.Config, true
+	f.sandboxes[id], f.sbReady[id], f.sbCreated[id] = in.Config, true, f.seq
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
@@ -70,6 +74,7 @@ func (f *fakeCRI) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSa
 	defer f.mu.Unlock()
 	delete(f.sandboxes, in.PodSandboxId)
 	delete(f.sbReady, in.PodSandboxId)
+	delete(f.sbCreated, in.PodSandboxId)
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
@@ -135,13 +140,13 @@ func (f *fakeCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error)
 		return p
 	}
 	for id, cfg := range f.sandboxes {
-		if cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+		if cfg.Labels[criconfig.LabelPodUID] == string(uid) && !f.unseen[id] {
 			get(cfg.Labels).Sandboxes = append(get(cfg.Labels).Sandboxes, &relist.Sandbox{ID: id, Ready: f.sbReady[id], IPs: []string{"10.0.0.2"}})
 		}
 	}
 	var ids []string
 	for id, c := range f.containers {
-		if c.cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+		if c.cfg.Labels[criconfig.LabelPodUID] == string(uid) && !f.unseen[id] {
 			ids = append(ids, id)
 		}
 	}
