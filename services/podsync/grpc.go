@@ -28,6 +28,12 @@ type Streamer interface {
 	StreamingURL(ctx context.Context, req *podsyncv1.GetStreamingURLRequest) (string, error)
 }
 
+// DiskReclaimer frees disk for unitlet-eviction: dead containers and sandboxes, and
+// with images every unused image.
+type DiskReclaimer interface {
+	Reclaim(ctx context.Context, images bool) (Reclaimed, error)
+}
+
 // maxPartBytes bounds the encoded pods of one message of ListPodsStream and of one part
 // of a WatchPods snapshot: a quarter of gRPC's default 4 MiB receive limit, so that no
 // message grows with the node's pods. One pod is bounded by the API server's own limits
@@ -37,16 +43,17 @@ const maxPartBytes = 1 << 20
 // Server is the bus API of unitlet-podsync.
 type Server struct {
 	podsyncv1.UnimplementedPodSyncServiceServer
-	svc      *Service
-	runtime  RuntimeStatus
-	streamer Streamer
+	svc       *Service
+	runtime   RuntimeStatus
+	streamer  Streamer
+	reclaimer DiskReclaimer
 	// partBytes is maxPartBytes but in tests.
 	partBytes int
 }
 
 // NewServer serves svc over the bus.
-func NewServer(svc *Service, rt RuntimeStatus, st Streamer) *Server {
-	return &Server{svc: svc, runtime: rt, streamer: st, partBytes: maxPartBytes}
+func NewServer(svc *Service, rt RuntimeStatus, st Streamer, dr DiskReclaimer) *Server {
+	return &Server{svc: svc, runtime: rt, streamer: st, reclaimer: dr, partBytes: maxPartBytes}
 }
 
 // GetStreamingURL returns the runtime's URL for one exec, attach or port-forward session.
@@ -177,6 +184,21 @@ func (s *Server) KillPod(_ context.Context, req *podsyncv1.KillPodRequest) (*pod
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &podsyncv1.KillPodResponse{}, nil
+}
+
+// ReclaimDisk frees disk as the kubelet's eviction manager does under disk pressure.
+func (s *Server) ReclaimDisk(ctx context.Context, req *podsyncv1.ReclaimDiskRequest) (*podsyncv1.ReclaimDiskResponse, error) {
+	if s.reclaimer == nil {
+		return nil, status.Error(codes.Unimplemented, "disk reclaim is not set up")
+	}
+	r, err := s.reclaimer.Reclaim(ctx, req.GetImages())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &podsyncv1.ReclaimDiskResponse{
+		ContainersRemoved: uint32(r.Containers), SandboxesRemoved: uint32(r.Sandboxes),
+		ImagesRemoved: uint32(r.Images), ImageBytesFreed: r.ImageBytes,
+	}, nil
 }
 
 // GetRuntimeHealth reports the runtime's and the relist's health.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func bigNode(t *testing.T, n, annotationBytes int) (*serviceFixture, podsyncv1.P
 
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	podsyncv1.RegisterPodSyncServiceServer(srv, NewServer(f.s, nil, nil))
+	podsyncv1.RegisterPodSyncServiceServer(srv, NewServer(f.s, nil, nil, nil))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///podsync",
@@ -240,5 +241,47 @@ func checkPartSize(t *testing.T, m proto.Message) {
 	t.Helper()
 	if size := proto.Size(m); size > maxPartBytes+64 {
 		t.Errorf("a message of %d bytes, over the budget of %d", size, maxPartBytes)
+	}
+}
+
+// TestKillPodIsAnEviction: KillPod, unitlet-eviction's call, does what the kubelet's
+// eviction does: a Warning event on the pod, then the pod stopped and Failed with the
+// reason, the message and the condition DisruptionTarget=True, TerminationByKubelet.
+func TestKillPodIsAnEviction(t *testing.T) {
+	const msg = "The node was low on resource: ephemeral-storage. Threshold quantity: 1Gi, available: 10Mi. "
+	f := newServiceFixture(t, 0)
+	f.s.SetPods("api", []*corev1.Pod{newPod("victim", 1)})
+	waitListed(t, f.s, "victim running", func(l map[string]*podsyncv1.Pod) bool { return running(t, l["victim"]) })
+	srv := NewServer(f.s, nil, nil, nil)
+	ctx := context.Background()
+
+	if _, err := srv.KillPod(ctx, &podsyncv1.KillPodRequest{Uid: "uid-victim"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("KillPod without a reason: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := srv.KillPod(ctx, &podsyncv1.KillPodRequest{Uid: "uid-nobody", Reason: "Evicted"}); status.Code(err) != codes.NotFound {
+		t.Errorf("KillPod of an unknown pod: %v, want NOT_FOUND", err)
+	}
+	if _, err := srv.KillPod(ctx, &podsyncv1.KillPodRequest{Uid: "uid-victim", Reason: "Evicted", Message: msg, GracePeriodSeconds: proto.Int64(0)}); err != nil {
+		t.Fatalf("KillPod: %v", err)
+	}
+	l := waitListed(t, f.s, "victim terminated", func(l map[string]*podsyncv1.Pod) bool { return l["victim"] != nil && l["victim"].Terminated })
+	st := podStatus(t, l["victim"])
+	if st.Phase != corev1.PodFailed || st.Reason != "Evicted" || st.Message != msg {
+		t.Errorf("phase %s reason %q message %q, want Failed, Evicted, the message", st.Phase, st.Reason, st.Message)
+	}
+	found := false
+	for _, c := range st.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			found = c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonTerminationByKubelet && c.Message == msg
+		}
+	}
+	if !found {
+		t.Errorf("conditions %+v, want DisruptionTarget=True, TerminationByKubelet, the message", st.Conditions)
+	}
+	if evs := f.events.of("victim"); !slices.Contains(evs, "Warning Evicted: "+msg) {
+		t.Errorf("events %q, want a Warning Evicted with the message", evs)
+	}
+	if got := f.cri.podsOf(); !slices.Equal(got, []string{"victim"}) {
+		t.Errorf("the runtime has %v, want the evicted pod's dead containers kept", got)
 	}
 }

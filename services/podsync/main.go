@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
+	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
@@ -78,6 +79,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer volumes.Close()
+	eviction, err := bus.Dial(cfg.SocketDir, "eviction")
+	if err != nil {
+		return err
+	}
+	defer eviction.Close()
 
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	reg := d.Registry()
@@ -91,7 +97,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	svc := NewService(ServiceOptions{
 		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
-		SourcesWanted: wantedSources(kc, client), EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Events: events,
+		SourcesWanted: wantedSources(kc, client), Events: events,
+		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
 	})
 	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
 	probes.RecordEvents(events.Event)
@@ -110,8 +117,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cg.active = workers.Active
 	svc.Attach(workers, relister)
 	health := newRuntimeHealth(rt, relister)
-	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}))
-	for _, m := range []string{"KillPod", "GetStreamingURL"} {
+	images := newImageGC(ctx, kc, rt, clk, reg, log)
+	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, log: log.With("component", "reclaim")}
+	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
+	for _, m := range []string{"KillPod", "GetStreamingURL", "ReclaimDisk"} {
 		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
 	}
 	d.SetHealthCheck(func(context.Context) error { return relistError(relister) })
@@ -129,7 +138,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Runtime status: CRI Status every 5 s for the health report.
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
-	d.Go("image gc", newImageGC(ctx, kc, rt, clk, reg, log).Run)
+	d.Go("image gc", images.Run)
 	// Pod sources: the static pod directory, the static pod URL, the API server.
 	for _, src := range podSources(kc, nodeName, client, svc, log) {
 		d.Go(src.name, src.run)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -62,10 +61,10 @@ type Service struct {
 	hub     *watch.Hub[[]*podsyncv1.Pod]
 	// staticChanged has a value when static or mirror pods changed since it was last read.
 	staticChanged chan struct{}
-	// evictionSocket is unitlet-eviction's bus socket; events records, per pod, that it
-	// was admitted without eviction's verdict while that service does not run.
-	evictionSocket string
-	events         podworker.Recorder
+	// eviction is unitlet-eviction's admission verdict, nil without it; events records,
+	// per pod, that it was admitted without that verdict.
+	eviction *evictionCheck
+	events   podworker.Recorder
 }
 
 // ServiceOptions are what a Service is built from.
@@ -81,10 +80,12 @@ type ServiceOptions struct {
 	// SourcesWanted are the pod sources that must report once before pods the runtime has
 	// and nobody wants are removed.
 	SourcesWanted []string
-	// EvictionSocket is unitlet-eviction's bus socket; Events records pod events. Either
-	// empty: no AdmittedWithoutEvictionCheck events.
+	// EvictionSocket is unitlet-eviction's bus socket and Eviction its client: admission
+	// asks it for its verdict on node pressure (eviction.go). Either empty: no verdicts.
 	EvictionSocket string
-	Events         podworker.Recorder
+	Eviction       EvictionAdmitter
+	// Events records pod events (AdmittedWithoutEvictionCheck); nil: none.
+	Events podworker.Recorder
 }
 
 // NewService returns the service. Its workers and relister come with Attach, as they need
@@ -92,7 +93,7 @@ type ServiceOptions struct {
 func NewService(o ServiceOptions) *Service {
 	s := &Service{
 		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sysctls: o.Sysctls, sourcesWanted: o.SourcesWanted,
-		evictionSocket: o.EvictionSocket, events: o.Events,
+		events:        o.Events,
 		staticChanged: make(chan struct{}, 1),
 		metrics:       newMetrics(o.Registry),
 		sources:       map[string][]*corev1.Pod{},
@@ -104,6 +105,9 @@ func NewService(o ServiceOptions) *Service {
 		observed:      map[types.UID]*podsyncv1.Pod{},
 		encoded:       map[types.UID]*corev1.Pod{},
 		mirrors:       map[string]*corev1.Pod{},
+	}
+	if o.EvictionSocket != "" && o.Eviction != nil {
+		s.eviction = &evictionCheck{socket: o.EvictionSocket, client: o.Eviction, clk: o.Clock}
 	}
 	s.hub = watch.NewHub(0, watchHistory, s.snapshotLocked)
 	return s
@@ -226,8 +230,8 @@ func (s *Service) recomputeLocked() {
 	}
 }
 
-// admitLocked runs admission for a new pod; an admitted pod gets a worker, a rejected one
-// ends Failed with the kubelet's reason and never runs.
+// admitLocked runs admission for a new pod, then asks unitlet-eviction; an admitted pod
+// gets a worker, a rejected one ends Failed with the kubelet's reason and never runs.
 func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		// Nothing to admit: a worker still stops whatever the runtime has of it.
@@ -242,6 +246,17 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		}
 	}
 	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls)
+	if r.Admit && s.eviction != nil {
+		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
+		// are asked too: it is eviction that lets critical pods in.
+		v, unchecked := s.eviction.verdict(p)
+		if unchecked != "" && s.events != nil {
+			s.events.Event(p, corev1.EventTypeNormal, "AdmittedWithoutEvictionCheck", "Admitted without a node-pressure check: "+unchecked)
+		}
+		if !v.Admit {
+			r = v
+		}
+	}
 	if !r.Admit {
 		s.metrics.rejected.WithLabelValues(r.Reason).Inc()
 		s.log.Info("pod rejected by admission", "pod", p.Namespace+"/"+p.Name, "reason", r.Reason, "message", r.Message)
@@ -254,22 +269,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		return
 	}
 	s.admitted[p.UID] = true
-	s.noteEvictionVerdict(p)
 	s.workers.Update(p, source)
-}
-
-// noteEvictionVerdict: admission asks unitlet-eviction for a verdict on node pressure,
-// failing open. While eviction does not run (no socket), the pod is admitted and an event
-// says so. (Asking a running eviction service comes with that service's bus API.)
-func (s *Service) noteEvictionVerdict(p *corev1.Pod) {
-	if s.evictionSocket == "" || s.events == nil {
-		return
-	}
-	if _, err := os.Stat(s.evictionSocket); err == nil {
-		return
-	}
-	s.events.Event(p, corev1.EventTypeNormal, "AdmittedWithoutEvictionCheck",
-		fmt.Sprintf("Admitted without a node-pressure check: unitlet-eviction is not running (no socket at %s)", s.evictionSocket))
 }
 
 // terminal reports whether an admitted pod has finished (it no longer counts against the
@@ -370,9 +370,14 @@ func (s *Service) Subscribe(after uint64) (*watch.Event[[]*podsyncv1.Pod], *watc
 	return nil, s.hub.Subscribe(after)
 }
 
-// Kill stops a pod for good with a reason (evictions).
+// Kill evicts a pod (unitlet-eviction's KillPod), as the kubelet's eviction manager does:
+// a Warning event with reason and message, then the pod is stopped with grace (nil: its own
+// grace period, 0: at once) and ends Failed with reason and message and the condition
+// DisruptionTarget=True, reason TerminationByKubelet. The kubelet's event also carries
+// annotations naming the starved resource and the offending containers; KillPod does not
+// carry them, so the event has none.
 func (s *Service) Kill(uid types.UID, grace *int64, reason, message string) error {
-	if !s.workers.Kill(uid, grace, reason, message) {
+	if !s.workers.Evict(uid, grace, reason, message) {
 		return fmt.Errorf("pod %s: %w", uid, errUnknownPod)
 	}
 	return nil
@@ -417,6 +422,24 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 			s.workers.Terminate(uid, nil, "", "")
 		}
 	}
+}
+
+// RuntimeRemovable returns, as of the call, whether all that is dead of a pod in the
+// runtime may be removed (disk reclaim): no worker runs it (its worker has terminated, or
+// it has none), and every source has reported (before, a pod without a worker may only not
+// be known yet). These are the kubelet's pods whose runtime should be removed.
+func (s *Service) RuntimeRemovable() func(types.UID) bool {
+	s.mu.Lock()
+	ready := true
+	for _, src := range s.sourcesWanted {
+		ready = ready && s.seen[src]
+	}
+	s.mu.Unlock()
+	if !ready {
+		return func(types.UID) bool { return false }
+	}
+	active := s.workers.Active()
+	return func(uid types.UID) bool { return !active[uid] }
 }
 
 // orphanGrace is the grace period the kubelet's annotations recorded on the pod's

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,11 @@ type fakeCRI struct {
 	seq        int64
 	sandboxes  map[string]*runtimeapi.PodSandboxConfig
 	sbReady    map[string]bool
+	sbCreated  map[string]int64
 	containers map[string]*fakeCtr
+	// unseen are sandboxes and containers the workers' view does not show, so that their
+	// own pruning of dead instances does not race a test of disk reclaim.
+	unseen map[string]bool
 }
 
 type fakeCtr struct {
@@ -45,7 +50,7 @@ type fakeCtr struct {
 }
 
 func newFakeCRI() *fakeCRI {
-	return &fakeCRI{sandboxes: map[string]*runtimeapi.PodSandboxConfig{}, sbReady: map[string]bool{}, containers: map[string]*fakeCtr{}}
+	return &fakeCRI{sandboxes: map[string]*runtimeapi.PodSandboxConfig{}, sbReady: map[string]bool{}, sbCreated: map[string]int64{}, containers: map[string]*fakeCtr{}, unseen: map[string]bool{}}
 }
 
 func (f *fakeCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -53,7 +58,7 @@ func (f *fakeCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxR
 	defer f.mu.Unlock()
 	f.seq++
 	id := fmt.Sprintf("sb%d", f.seq)
-	f.sandboxes[id], f.sbReady[id] = in.Config, true
+	f.sandboxes[id], f.sbReady[id], f.sbCreated[id] = in.Config, true, f.seq
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
@@ -69,6 +74,7 @@ func (f *fakeCRI) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSa
 	defer f.mu.Unlock()
 	delete(f.sandboxes, in.PodSandboxId)
 	delete(f.sbReady, in.PodSandboxId)
+	delete(f.sbCreated, in.PodSandboxId)
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
@@ -134,13 +140,13 @@ func (f *fakeCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error)
 		return p
 	}
 	for id, cfg := range f.sandboxes {
-		if cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+		if cfg.Labels[criconfig.LabelPodUID] == string(uid) && !f.unseen[id] {
 			get(cfg.Labels).Sandboxes = append(get(cfg.Labels).Sandboxes, &relist.Sandbox{ID: id, Ready: f.sbReady[id], IPs: []string{"10.0.0.2"}})
 		}
 	}
 	var ids []string
 	for id, c := range f.containers {
-		if c.cfg.Labels[criconfig.LabelPodUID] == string(uid) {
+		if c.cfg.Labels[criconfig.LabelPodUID] == string(uid) && !f.unseen[id] {
 			ids = append(ids, id)
 		}
 	}
@@ -196,23 +202,56 @@ func newPod(name string, created int64) *corev1.Pod {
 	}
 }
 
-type serviceFixture struct {
-	s   *Service
-	m   *podworker.Manager
-	cri *fakeCRI
+// eventLog records pod events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string // "<pod> <type> <reason>: <message>"
 }
 
-func newServiceFixture(t *testing.T, maxPods int) *serviceFixture {
+func (e *eventLog) Event(pod *corev1.Pod, eventType, reason, message string) {
+	e.mu.Lock()
+	e.events = append(e.events, fmt.Sprintf("%s %s %s: %s", pod.Name, eventType, reason, message))
+	e.mu.Unlock()
+}
+
+// of is the events of the named pod, without the pod's name.
+func (e *eventLog) of(pod string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.events {
+		if rest, ok := strings.CutPrefix(ev, pod+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+type serviceFixture struct {
+	s      *Service
+	m      *podworker.Manager
+	cri    *fakeCRI
+	events *eventLog
+	clk    *clocktesting.FakeClock
+}
+
+// newServiceFixture is a service whose workers run on a fakeCRI; set changes its options.
+func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	s := NewService(ServiceOptions{Log: log, Clock: clk, Node: testNode, MaxPods: maxPods, SourcesWanted: []string{"api", "file"}})
+	events := &eventLog{}
+	o := ServiceOptions{Log: log, Clock: clk, Node: testNode, MaxPods: maxPods, SourcesWanted: []string{"api", "file"}, Events: events}
+	for _, f := range set {
+		f(&o)
+	}
+	s := NewService(o)
 	cri := newFakeCRI()
 	m := podworker.NewManager(podworker.Options{
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
-		Report: s.Report,
-		Clock:  clk, Log: log, Resync: time.Hour,
+		Report: s.Report, Events: events,
+		Clock: clk, Log: log, Resync: time.Hour,
 	})
 	s.Attach(m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,7 +264,7 @@ func newServiceFixture(t *testing.T, maxPods int) *serviceFixture {
 		cancel()
 		<-done
 	})
-	return &serviceFixture{s: s, m: m, cri: cri}
+	return &serviceFixture{s: s, m: m, cri: cri, events: events, clk: clk}
 }
 
 func podStatus(t *testing.T, p *podsyncv1.Pod) corev1.PodStatus {

@@ -2,7 +2,8 @@
 // kubelet's image garbage collection does: above imageGCHighThresholdPercent of the disk,
 // images no container uses are removed, least recently used first, until usage is down to
 // imageGCLowThresholdPercent. Images younger than imageMinimumGCAge and pinned images
-// (the sandbox image) are kept.
+// (the sandbox image) are kept. Under disk pressure, unitlet-eviction has every unused
+// image removed at once (RemoveUnused).
 package imagegc
 
 import (
@@ -52,6 +53,9 @@ type Manager struct {
 	usage   func(ctx context.Context) (Usage, error)
 	removed prometheus.Counter
 	freed   prometheus.Counter
+
+	// passMu makes one pass at a time remove images (the periodic one and RemoveUnused).
+	passMu sync.Mutex
 
 	mu        sync.Mutex
 	firstSeen map[string]time.Time // image ID -> when first seen
@@ -124,13 +128,70 @@ func (m *Manager) runtimeUsage(ctx context.Context) (Usage, error) {
 // Collect removes unused images when usage is above the high threshold; it returns the
 // bytes freed.
 func (m *Manager) Collect(ctx context.Context) (uint64, error) {
+	m.passMu.Lock()
+	defer m.passMu.Unlock()
+	candidates, err := m.candidates(ctx)
+	if err != nil {
+		return 0, err
+	}
+	u, err := m.usage(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if u.Capacity == 0 || u.Used*100 < u.Capacity*uint64(m.policy.HighThresholdPercent) {
+		return 0, nil
+	}
+	target := u.Capacity * uint64(m.policy.LowThresholdPercent) / 100
+	need := u.Used - min(u.Used, target)
+	m.log.Info("image filesystem above the high threshold: removing unused images",
+		"usedPercent", u.Used*100/u.Capacity, "high", m.policy.HighThresholdPercent, "low", m.policy.LowThresholdPercent, "toFree", need, "candidates", len(candidates))
+	var freed uint64
+	for _, img := range candidates {
+		if freed >= need {
+			break
+		}
+		if m.remove(ctx, img) {
+			freed += img.GetSize()
+		}
+	}
+	if freed < need {
+		return freed, fmt.Errorf("freed %d of the %d bytes needed to get below %d%% of the image filesystem", freed, need, m.policy.LowThresholdPercent)
+	}
+	return freed, nil
+}
+
+// RemoveUnused removes every image no container uses, whatever the disk's usage, as the
+// kubelet's eviction manager does under disk pressure (DeleteUnusedImages): images in use
+// by any container, running or not, pinned images, the kept ones (the sandbox image) and
+// images younger than imageMinimumGCAge stay. It returns how many images went and their
+// sizes as the runtime reported them.
+func (m *Manager) RemoveUnused(ctx context.Context) (removed int, freed uint64, err error) {
+	m.passMu.Lock()
+	defer m.passMu.Unlock()
+	candidates, err := m.candidates(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, img := range candidates {
+		if m.remove(ctx, img) {
+			removed++
+			freed += img.GetSize()
+		}
+	}
+	return removed, freed, nil
+}
+
+// candidates are the images that may be removed, least recently used first (never used:
+// by when first seen): no container uses them, they are not pinned or kept, and they are
+// older than the minimum age. It records when each image was first seen and last used.
+func (m *Manager) candidates(ctx context.Context) ([]*runtimeapi.Image, error) {
 	images, err := m.rt.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
-		return 0, fmt.Errorf("list images: %w", err)
+		return nil, fmt.Errorf("list images: %w", err)
 	}
 	ctrs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
+		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	now := m.clk.Now()
 	inUse := map[string]bool{}
@@ -143,6 +204,7 @@ func (m *Manager) Collect(ctx context.Context) (uint64, error) {
 		keep[k] = true
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	seen := map[string]bool{}
 	var candidates []*runtimeapi.Image
 	for _, img := range images.GetImages() {
@@ -177,7 +239,6 @@ func (m *Manager) Collect(ctx context.Context) (uint64, error) {
 			delete(m.lastUsed, id)
 		}
 	}
-	// Least recently used first; never used: by when first seen.
 	last := func(id string) time.Time {
 		if t, ok := m.lastUsed[id]; ok {
 			return t
@@ -185,35 +246,18 @@ func (m *Manager) Collect(ctx context.Context) (uint64, error) {
 		return m.firstSeen[id]
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return last(candidates[i].GetId()).Before(last(candidates[j].GetId())) })
-	m.mu.Unlock()
+	return candidates, nil
+}
 
-	u, err := m.usage(ctx)
-	if err != nil {
-		return 0, err
+// remove removes one image; a failure is logged and skipped, as the kubelet goes on with
+// the next image.
+func (m *Manager) remove(ctx context.Context, img *runtimeapi.Image) bool {
+	if _, err := m.rt.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: img.GetId()}}); err != nil {
+		m.log.Warn("remove image", "image", img.GetId(), "tags", img.GetRepoTags(), "err", err)
+		return false
 	}
-	if u.Capacity == 0 || u.Used*100 < u.Capacity*uint64(m.policy.HighThresholdPercent) {
-		return 0, nil
-	}
-	target := u.Capacity * uint64(m.policy.LowThresholdPercent) / 100
-	need := u.Used - min(u.Used, target)
-	m.log.Info("image filesystem above the high threshold: removing unused images",
-		"usedPercent", u.Used*100/u.Capacity, "high", m.policy.HighThresholdPercent, "low", m.policy.LowThresholdPercent, "toFree", need, "candidates", len(candidates))
-	var freed uint64
-	for _, img := range candidates {
-		if freed >= need {
-			break
-		}
-		if _, err := m.rt.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: img.GetId()}}); err != nil {
-			m.log.Warn("remove image", "image", img.GetId(), "tags", img.GetRepoTags(), "err", err)
-			continue
-		}
-		freed += img.GetSize()
-		m.removed.Inc()
-		m.freed.Add(float64(img.GetSize()))
-		m.log.Info("removed unused image", "image", img.GetId(), "tags", img.GetRepoTags(), "bytes", img.GetSize())
-	}
-	if freed < need {
-		return freed, fmt.Errorf("freed %d of the %d bytes needed to get below %d%% of the image filesystem", freed, need, m.policy.LowThresholdPercent)
-	}
-	return freed, nil
+	m.removed.Inc()
+	m.freed.Add(float64(img.GetSize()))
+	m.log.Info("removed unused image", "image", img.GetId(), "tags", img.GetRepoTags(), "bytes", img.GetSize())
+	return true
 }

@@ -84,3 +84,42 @@ func TestCollect(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoveUnused: whatever the disk's usage, every image no container uses goes, but
+// for pinned and kept images and those younger than the minimum age.
+func TestRemoveUnused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	rt := &fakeRuntime{
+		images: []*runtimeapi.Image{
+			{Id: "unused-a", RepoTags: []string{"a:1"}, Size: 10},
+			{Id: "unused-b", RepoDigests: []string{"b@sha256:1"}, Size: 20},
+			{Id: "running", RepoTags: []string{"r:1"}, Size: 100},
+			{Id: "exited", RepoTags: []string{"e:1"}, Size: 100},
+			{Id: "by-digest", RepoDigests: []string{"d@sha256:2"}, Size: 100},
+			{Id: "pinned", RepoTags: []string{"p:1"}, Size: 100, Pinned: true},
+			{Id: "sandbox", RepoTags: []string{"pause:1"}, Size: 100},
+		},
+		ctrs: []*runtimeapi.Container{
+			{Image: &runtimeapi.ImageSpec{Image: "r:1"}, ImageRef: "running", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			{Image: &runtimeapi.ImageSpec{Image: "e:1"}, ImageRef: "exited", State: runtimeapi.ContainerState_CONTAINER_EXITED},
+			{Image: &runtimeapi.ImageSpec{Image: "d@sha256:2"}, State: runtimeapi.ContainerState_CONTAINER_CREATED},
+		},
+	}
+	m := New(rt, Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: 2 * time.Minute, Keep: []string{"pause:1"}}, clk, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.usage = func(context.Context) (Usage, error) { return Usage{Capacity: 100, Used: 1}, nil }
+
+	n, freed, err := m.RemoveUnused(context.Background())
+	if err != nil || n != 0 || len(rt.removed) > 0 {
+		t.Fatalf("first look: removed %v (%d, %v), want nothing: every image is younger than imageMinimumGCAge", rt.removed, n, err)
+	}
+	clk.Step(3 * time.Minute)
+	rt.images = append(rt.images, &runtimeapi.Image{Id: "just-pulled", RepoTags: []string{"new:1"}, Size: 5})
+	n, freed, err = m.RemoveUnused(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rt.removed)
+	if want := []string{"unused-a", "unused-b"}; !slices.Equal(rt.removed, want) || n != 2 || freed != 30 {
+		t.Errorf("removed %v: %d images, %d bytes; want %v, 2 images, 30 bytes", rt.removed, n, freed, want)
+	}
+}

@@ -43,6 +43,12 @@ type worker struct {
 	mountsFor *corev1.Pod
 	// cgroupFor is the pod version whose cgroup was last made or adopted.
 	cgroupFor *corev1.Pod
+	// disruption is the DisruptionTarget condition of an evicted pod, nil otherwise.
+	disruption *corev1.PodCondition
+	// final is the status the pod ended with: once terminated, a pod's status no longer
+	// follows the runtime (whose dead containers garbage collection may remove), as the
+	// kubelet never changes a terminal pod's status.
+	final *corev1.PodStatus
 }
 
 type restartRequest struct {
@@ -93,6 +99,26 @@ func (w *worker) terminate(grace *int64, reason, message string, unwanted bool) 
 	}
 	w.mu.Unlock()
 	w.poke()
+}
+
+// evict terminates the pod for node pressure: a Warning event with reason and message,
+// then the pod ends Failed with them and the DisruptionTarget condition. A pod that has
+// already terminated keeps its final status and gets no event.
+func (w *worker) evict(grace *int64, reason, message string) {
+	w.mu.Lock()
+	pod, done := w.pod, w.terminated
+	if !done {
+		w.disruption = &corev1.PodCondition{
+			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: pod.Generation,
+			Reason: corev1.PodReasonTerminationByKubelet, Message: message,
+		}
+	}
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	w.event(pod, corev1.EventTypeWarning, reason, message)
+	w.terminate(grace, reason, message, false)
 }
 
 func (w *worker) restart(name, containerID string, reason KillReason) {

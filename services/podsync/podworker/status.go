@@ -117,6 +117,11 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	if initDone {
 		out.Conditions[1] = cond(corev1.PodInitialized, true, "", "")
 	}
+	if st.disruption != nil {
+		// An evicted pod's DisruptionTarget, first, as the kubelet copies it in before the
+		// conditions it owns.
+		out.Conditions = append([]corev1.PodCondition{*st.disruption}, out.Conditions...)
+	}
 	w.keepTransitionTimes(&out)
 	limitTerminationMessages(pod, &out)
 	return out

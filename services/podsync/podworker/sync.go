@@ -28,13 +28,14 @@ type state struct {
 	terminating, unwanted bool
 	grace                 *int64
 	killReason, killMsg   string
+	disruption            *corev1.PodCondition
 	restarts              map[string]restartRequest
 }
 
 func (w *worker) snapshot() state {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, restarts: map[string]restartRequest{}}
+	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, disruption: w.disruption, restarts: map[string]restartRequest{}}
 	for k, v := range w.restarts {
 		st.restarts[k] = v
 	}
@@ -65,6 +66,16 @@ func (w *worker) sync(ctx context.Context) syncResult {
 		}
 	}
 	if st.terminating || w.isTerminated() {
+		return w.syncTerminating(ctx, pod, rp, st)
+	}
+	// A pod the API has in a terminal phase ran its course before this worker (on this node
+	// before podsync restarted, or it was rejected): as with the kubelet, it does not run
+	// again, whatever is left of it in the runtime, and keeps the status the API has.
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		w.mu.Lock()
+		w.terminated = true
+		w.final = pod.Status.DeepCopy()
+		w.mu.Unlock()
 		return w.syncTerminating(ctx, pod, rp, st)
 	}
 	res := syncResult{operation: "sync"}
@@ -131,9 +142,18 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 	}
 	w.mu.Lock()
 	w.terminated = true
+	final := w.final
 	w.mu.Unlock()
 	res.terminated = true
-	res.status = w.status(pod, rp, st)
+	if final == nil {
+		// The first terminated status is the final one (see worker.final).
+		status := w.status(pod, rp, st)
+		final = &status
+		w.mu.Lock()
+		w.final = final
+		w.mu.Unlock()
+	}
+	res.status = *final.DeepCopy()
 	res.containers = refs(pod, rp)
 	if st.unwanted {
 		// Nobody wants the pod any more: remove its containers and sandboxes.

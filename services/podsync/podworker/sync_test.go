@@ -317,11 +317,15 @@ type events struct {
 	mu       sync.Mutex
 	reports  []Observed
 	recorded []string // "<reason>: <message>"
+	warnings []string // the Warning ones of them
 }
 
-func (e *events) Event(_ *corev1.Pod, _, reason, message string) {
+func (e *events) Event(_ *corev1.Pod, eventType, reason, message string) {
 	e.mu.Lock()
 	e.recorded = append(e.recorded, reason+": "+message)
+	if eventType == corev1.EventTypeWarning {
+		e.warnings = append(e.warnings, reason+": "+message)
+	}
 	e.mu.Unlock()
 }
 

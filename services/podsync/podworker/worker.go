@@ -236,6 +236,22 @@ func (m *Manager) Kill(uid types.UID, grace *int64, reason, message string) bool
 	return true
 }
 
+// Evict stops a pod for node pressure, as the kubelet's eviction manager does: a Warning
+// event with reason and message on the pod, then the pod ends Failed with them and the
+// condition DisruptionTarget=True (reason TerminationByKubelet, the message). grace
+// overrides the pod's grace period (0 kills at once; nil keeps the pod's). A pod that has
+// already terminated keeps its final status. It returns false when the pod has no worker.
+func (m *Manager) Evict(uid types.UID, grace *int64, reason, message string) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.evict(grace, reason, message)
+	return true
+}
+
 // Trigger asks the workers of the given pods to sync soon (their runtime state changed).
 func (m *Manager) Trigger(uids ...types.UID) {
 	m.mu.Lock()
