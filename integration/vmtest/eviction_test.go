@@ -242,8 +242,8 @@ func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
 	refused.Spec.NodeName = node
 	createPod(t, refused)
 	r := waitEvicted(t, "default", refused.Name, time.Minute)
-	if r.Status.Message != "The node had condition: [MemoryPressure]. " {
-		t.Errorf("refused pod's message %q, want the kubelet's %q", r.Status.Message, "The node had condition: [MemoryPressure]. ")
+	if want := "Pod was rejected: The node had condition: [MemoryPressure]. "; r.Status.Message != want {
+		t.Errorf("refused pod's message %q, want the kubelet's %q", r.Status.Message, want)
 	}
 
 	running(t, "default", high.Name)
