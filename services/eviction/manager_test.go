@@ -50,10 +50,9 @@ func (f *fakeObserver) Pods(context.Context) (map[types.UID]observe.Pod, error) 
 }
 
 type kill struct {
-	uid            types.UID
-	reason, msg    string
-	grace          int64
-	stillAliveTill time.Time
+	uid         types.UID
+	reason, msg string
+	grace       int64
 }
 
 type fakePodSync struct {

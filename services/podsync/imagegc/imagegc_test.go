@@ -108,13 +108,13 @@ func TestRemoveUnused(t *testing.T) {
 	m := New(rt, Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: 2 * time.Minute, Keep: []string{"pause:1"}}, clk, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m.usage = func(context.Context) (Usage, error) { return Usage{Capacity: 100, Used: 1}, nil }
 
-	n, freed, err := m.RemoveUnused(context.Background())
+	n, _, err := m.RemoveUnused(context.Background())
 	if err != nil || n != 0 || len(rt.removed) > 0 {
 		t.Fatalf("first look: removed %v (%d, %v), want nothing: every image is younger than imageMinimumGCAge", rt.removed, n, err)
 	}
 	clk.Step(3 * time.Minute)
 	rt.images = append(rt.images, &runtimeapi.Image{Id: "just-pulled", RepoTags: []string{"new:1"}, Size: 5})
-	n, freed, err = m.RemoveUnused(context.Background())
+	n, freed, err := m.RemoveUnused(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
