@@ -136,6 +136,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzMetadataValue$$' -fuzztime=$(FUZZTIME) ./shared/downwardapi/
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./services/status/nodeapi/
 	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/eviction/policy/
 
 ## proto: regenerate the bus API's Go code
 proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
