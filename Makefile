@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction fuzz run clean tools
 
 all: build
 
@@ -66,7 +66,7 @@ test-integration: build harness-binaries
 ## disk image cached in ~/.cache/unitlet): the units' limits in their cgroups, an OOM kill of
 ## one service, a pod from the API server; prints boot-to-Ready and boot-to-first-pod
 test-vm: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=30m -v ./integration/vmtest/
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 
 ## harness-binaries: etcd and the Kubernetes control plane, built from the pinned modules
 ## in integration/tools into the cache (~/.cache/unitlet) unless already there. The
@@ -91,7 +91,7 @@ down: build
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
 ## then pod start on the harness (bench-podsync), then unitlet against the kubelet (bench-pods)
-bench: bench-bus bench-podsync bench-pods bench-volumes
+bench: bench-bus bench-podsync bench-pods bench-volumes bench-eviction
 
 bench-bus:
 	@mkdir -p $(CACHE)
@@ -116,6 +116,14 @@ bench-pods: build harness-binaries
 	@mkdir -p $(CACHE)
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=90m ./integration/harnesstest/ | tee $(CACHE)/bench-pods.log
 	@echo; sed -n '/^== pods vs kubelet/,/^unitlet\/kubelet p99 ratio:/p' $(CACHE)/bench-pods.log
+
+## bench-eviction: on the vm node, a memory crossing (a pod writing 300 MiB to a memory
+## emptyDir past a hard threshold) to the eviction, to the pod's Failed status and to
+## MemoryPressure on the Node: p50 of 5 runs, and unitlet-eviction's RSS and CPU
+bench-eviction: build harness-binaries
+	@mkdir -p $(CACHE)
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkEvictionMemoryCrossing -benchtime=1x -count=1 -timeout=30m ./integration/vmtest/ | tee $(CACHE)/bench-eviction.log
+	@echo; sed -n '/^== eviction on a memory crossing/,/^unitlet-eviction:/p' $(CACHE)/bench-eviction.log
 
 ## bench-volumes: PrepareVolumes over the bus on the harness's node for a pod with 5
 ## configMap/secret/projected volumes, one pod alone and 30 at once: p50 and p99 in ms

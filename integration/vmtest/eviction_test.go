@@ -26,7 +26,7 @@ import (
 const mi = int64(1) << 20
 
 // evictionState is unitlet-eviction's state, from `unitletctl eviction -o json` in the guest.
-func evictionState(t *testing.T, node string) *evictionv1.State {
+func evictionState(t testing.TB, node string) *evictionv1.State {
 	t.Helper()
 	out := stack.InNode(t, node, "unitletctl", "eviction", "-o", "json")
 	st := &evictionv1.State{}
@@ -47,7 +47,7 @@ func signal(st *evictionv1.State, name string) *evictionv1.Signal {
 }
 
 // available is what a signal measured, as an integer (bytes, inodes or PIDs).
-func available(t *testing.T, node, name string) int64 {
+func available(t testing.TB, node, name string) int64 {
 	t.Helper()
 	var v int64
 	stack.WaitFor(t, time.Minute, name+" measured", func(context.Context) (bool, string) {
@@ -68,7 +68,7 @@ func available(t *testing.T, node, name string) int64 {
 // evictionConfig writes a drop-in with the given KubeletConfiguration fields and waits until
 // unitlet-eviction has the threshold want (a signal name and a threshold value, as
 // configured); the drop-in is removed when the test ends.
-func evictionConfig(t *testing.T, node, yaml, wantSignal, wantValue string) {
+func evictionConfig(t testing.TB, node, yaml, wantSignal, wantValue string) {
 	t.Helper()
 	const path = "/etc/unitlet/config.d/90-eviction-test.yaml"
 	doc := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + yaml
@@ -143,7 +143,7 @@ func createPod(t *testing.T, p *corev1.Pod) {
 }
 
 // waitEvicted waits until the pod ends Failed with reason Evicted and returns it.
-func waitEvicted(t *testing.T, ns, name string, within time.Duration) *corev1.Pod {
+func waitEvicted(t testing.TB, ns, name string, within time.Duration) *corev1.Pod {
 	t.Helper()
 	c := admin(t)
 	var got *corev1.Pod
@@ -159,7 +159,7 @@ func waitEvicted(t *testing.T, ns, name string, within time.Duration) *corev1.Po
 }
 
 // nodeCondition is the status of the Node's condition typ in the API.
-func nodeCondition(t *testing.T, node string, typ corev1.NodeConditionType) corev1.NodeCondition {
+func nodeCondition(t testing.TB, node string, typ corev1.NodeConditionType) corev1.NodeCondition {
 	t.Helper()
 	n, err := admin(t).CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
@@ -173,7 +173,7 @@ func nodeCondition(t *testing.T, node string, typ corev1.NodeConditionType) core
 	return corev1.NodeCondition{Type: typ}
 }
 
-func waitCondition(t *testing.T, node string, typ corev1.NodeConditionType, want corev1.ConditionStatus, within time.Duration) {
+func waitCondition(t testing.TB, node string, typ corev1.NodeConditionType, want corev1.ConditionStatus, within time.Duration) {
 	t.Helper()
 	stack.WaitFor(t, within, fmt.Sprintf("%s=%s on the Node", typ, want), func(context.Context) (bool, string) {
 		c := nodeCondition(t, node, typ)

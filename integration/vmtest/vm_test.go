@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 // vmNode is the stack's vm node and its services.
-func vmNode(t *testing.T) harness.Node {
+func vmNode(t testing.TB) harness.Node {
 	t.Helper()
 	for _, n := range stack.Stack().Nodes {
 		if n.Backend == "vm" {
@@ -57,7 +57,7 @@ func vmNode(t *testing.T) harness.Node {
 	return harness.Node{}
 }
 
-func admin(t *testing.T) kubernetes.Interface {
+func admin(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	c, err := stack.AdminClient()
 	if err != nil {

@@ -165,7 +165,12 @@ func NewManager(o Options, cfg policy.Config) *Manager {
 		m.conds[t] = c
 	}
 	m.started = now
-	m.hub = watch.NewHub(0, 16, m.conditionsLocked)
+	// Numbered from the start time: a subscriber that saw an earlier process's events is
+	// behind this one's and gets a snapshot, never a number that means something else here.
+	m.hub = watch.NewHub(uint64(now.UnixNano()), 16, m.Conditions)
+	// The first event is the restored conditions, so a subscriber that has seen nothing
+	// (sequence 0) gets them at once rather than at the first change.
+	m.hub.Publish(func(uint64) []Condition { return m.Conditions() })
 	return m
 }
 

@@ -280,3 +280,32 @@ func TestAReloadReplacesTheThresholds(t *testing.T) {
 		t.Fatalf("after the reload: evicted %q, want uid-low", uid)
 	}
 }
+
+func TestASubscriberGetsTheConditionsAtOnceAndAfterARestart(t *testing.T) {
+	f := newFixture(t)
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: map[string]string{"memory.available": "1Gi"}}
+	m := f.manager(t, kc)
+	sub := m.Subscribe(0)
+	ev := <-sub.Events()
+	if len(ev.Value) != 3 || ev.Value[0].True {
+		t.Fatalf("first event %+v: want the three conditions, none true", ev)
+	}
+	sub.Close()
+	f.obs.mem = 512 << 20
+	f.round(m)
+	last := m.hub.Seq()
+
+	// A new process: the subscriber resumes from what it saw of the old one.
+	f.clk.Step(time.Second)
+	m = f.manager(t, kc)
+	sub = m.Subscribe(last)
+	defer sub.Close()
+	select {
+	case ev := <-sub.Events():
+		if !ev.Value[0].True {
+			t.Errorf("after the restart: %+v, want MemoryPressure true (restored)", ev.Value)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a subscriber resuming after a restart got nothing")
+	}
+}
