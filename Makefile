@@ -111,11 +111,12 @@ bench-podsync: build harness-binaries
 ## bench-pods: unitlet and the real kubelet (built once into the cache) side by side on one
 ## harness stack (integration/stacks/bench-pods.yaml): 1, 30 and 100 pods created at once,
 ## create → running p50/p99/max, delete → gone, RSS and CPU at 100 pods; the table, then
-## the unitlet/kubelet ratios as the last line
+## the unitlet/kubelet ratios, then each unitlet service's RSS and CPU at 100 pods
 bench-pods: build harness-binaries
 	@mkdir -p $(CACHE)
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=90m ./integration/harnesstest/ | tee $(CACHE)/bench-pods.log
 	@echo; sed -n '/^== pods vs kubelet/,/^unitlet\/kubelet p99 ratio:/p' $(CACHE)/bench-pods.log
+	@echo; grep '^unitlet, 100 pods: unitlet-' $(CACHE)/bench-pods.log || true
 
 ## bench-eviction: on the vm node, a memory crossing (a pod writing 300 MiB to a memory
 ## emptyDir past a hard threshold) to the eviction, to the pod's Failed status and to

@@ -49,8 +49,11 @@ func BenchmarkPodsVsKubelet(b *testing.B) {
 	registerNode(b) // as unitlet-status will; the kubelet registers its own
 	unitlet := vsSide{agent: "unitlet", node: unitletNode, source: "cri"}
 	for _, n := range stack.Stack().Nodes {
-		if n.Name == unitletNode && slices.Contains(n.Services, "status") {
-			unitlet.source = "api"
+		if n.Name == unitletNode {
+			unitlet.services = n.Services
+			if slices.Contains(n.Services, "status") {
+				unitlet.source = "api"
+			}
 		}
 	}
 	kubelet := vsSide{agent: "kubelet", node: kubeletNode, source: "api"}
@@ -99,6 +102,8 @@ type vsSide struct {
 	agent, node string
 	// source is "api" (a watch on the pods' status) or "cri" (the runtime's containers).
 	source string
+	// services are the unitlet services of the node, measured one by one at 100 pods.
+	services []string
 }
 
 // vsResult is one round's figures.
@@ -171,8 +176,27 @@ func vsRound(b *testing.B, side vsSide, n int) vsResult {
 	}
 	r := vsResult{side: side, pods: n, start: since(created, running), allRunning: latest(running).Sub(first)}
 	if n >= 100 {
+		perService := map[string]procUsage{}
+		for _, svc := range side.services {
+			if pid, err := stack.ServicePID(side.node, svc); err == nil {
+				perService[svc], _ = readProcUsage([]int{pid})
+			}
+		}
+		t0 := time.Now()
 		if r.rssBytes, r.steadyCores, err = usageOver(pids, 10*time.Second); err != nil {
 			b.Fatal(err)
+		}
+		for _, svc := range side.services {
+			pid, err := stack.ServicePID(side.node, svc)
+			if err != nil {
+				continue
+			}
+			u1, err := readProcUsage([]int{pid})
+			if err != nil {
+				continue
+			}
+			fmt.Printf("%s, %d pods: unitlet-%s RSS %.1f MiB, CPU %.2f%% of a core (10 s, running)\n",
+				side.agent, n, svc, u1.rssBytes/(1<<20), 100*(u1.cpuSeconds-perService[svc].cpuSeconds)/time.Since(t0).Seconds())
 		}
 	}
 
