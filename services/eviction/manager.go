@@ -224,7 +224,9 @@ func (m *Manager) Healthy(context.Context) error {
 	if last.IsZero() {
 		last = m.started
 	}
-	limit := 3*max(m.cfg.MonitoringPeriod, 10*time.Second) + cleanupTimeout
+	// A round may take two node measurements and one of the pods, each bounded, and a
+	// wait for an evicted pod's cleanup.
+	limit := 3*max(m.cfg.MonitoringPeriod, 10*time.Second) + cleanupTimeout + 3*measureTimeout
 	if since := m.o.Clock.Since(last); since > limit {
 		return fmt.Errorf("the eviction loop has not turned for %s", since.Round(time.Second))
 	}
@@ -280,7 +282,7 @@ func (m *Manager) synchronize(ctx context.Context) types.UID {
 	cfg := m.cfg
 	m.mu.Unlock()
 
-	node, err := m.o.Observer.Node(ctx)
+	node, err := m.measureNode(ctx)
 	if err != nil {
 		m.mu.Lock()
 		m.err = err.Error()
@@ -338,7 +340,7 @@ func (m *Manager) reclaimNodeLevel(ctx context.Context, cfg policy.Config, t pol
 		m.o.Metrics.reclaimed(r)
 		m.o.Log.Info("node-level reclaim", "signal", t.Signal, "containers", r.Containers, "sandboxes", r.Sandboxes, "images", r.Images, "imageBytes", r.ImageBytes)
 	}
-	node, err := m.o.Observer.Node(ctx)
+	node, err := m.measureNode(ctx)
 	if err != nil {
 		m.o.Log.Warn("measure the node after reclaim", "err", err)
 		return false
@@ -417,8 +419,20 @@ func (m *Manager) evict(ctx context.Context, p *corev1.Pod, signal, msg string, 
 	return true
 }
 
+// measureTimeout bounds one measurement (the node's signals, or the pods and their usage),
+// so a runtime or podsync that does not answer delays a round, never stops the loop.
+const measureTimeout = 30 * time.Second
+
+func (m *Manager) measureNode(ctx context.Context) (observe.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, measureTimeout)
+	defer cancel()
+	return m.o.Observer.Node(ctx)
+}
+
 // podStats joins the active pods with their measured usage.
 func (m *Manager) podStats(ctx context.Context) ([]policy.PodStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, measureTimeout)
+	defer cancel()
 	active, err := m.o.PodSync.ActivePods(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list pods from unitlet-podsync: %w", err)
