@@ -70,7 +70,7 @@ func available(t testing.TB, node, name string) int64 {
 // configured); the drop-in is removed when the test ends.
 func evictionConfig(t testing.TB, node, yaml, wantSignal, wantValue string) {
 	t.Helper()
-	const path = "/etc/unitlet/config.d/90-eviction-test.yaml"
+	const path = "/etc/unitlet/config.d/90-eviction-test.conf"
 	doc := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + yaml
 	stack.InNode(t, node, "sh", "-c", fmt.Sprintf("cat > %s.tmp <<'EOF'\n%sEOF\nchmod 0600 %s.tmp && mv %s.tmp %s", path, doc, path, path, path))
 	t.Cleanup(func() {
