@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/unitlet/unitlet/integration/harness"
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 )
 
@@ -193,8 +194,8 @@ func running(t *testing.T, ns, name string) {
 }
 
 // TestMemoryPressureEvictsTheLowerPriorityBestEffortPod: two BestEffort pods fill memory
-// past a hard memory.available threshold next to a Guaranteed pod and a system-node-critical
-// one. The lower-priority BestEffort pod is evicted with the kubelet's reason and message;
+// past a hard memory.available threshold next to a Guaranteed pod, a system-node-critical
+// one and a static one. The lower-priority BestEffort pod is evicted with the kubelet's reason and message;
 // the others run on. MemoryPressure turns True on the Node, a new BestEffort pod sent to the
 // node is refused while it holds, and it turns False after the transition period.
 func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
@@ -208,6 +209,25 @@ func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
 	crit := vmPod("ev-critical", map[string]string{"c": "exec sleep 100000"})
 	crit.Namespace, crit.Spec.PriorityClassName = "kube-system", "system-node-critical"
 	runVMPod(t, crit)
+	// A static BestEffort pod, whose mirror pod is ev-static-<node> in the API.
+	stack.InNode(t, node, "sh", "-c", `mkdir -p /etc/kubernetes/manifests && cat > /etc/kubernetes/manifests/ev-static.yaml <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: ev-static, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: `+harness.BusyboxImage+`, imagePullPolicy: Never, command: [sh, -c, "exec sleep 100000"]}
+EOF`)
+	t.Cleanup(func() { _ = stack.Exec(node, []string{"rm", "-f", "/etc/kubernetes/manifests/ev-static.yaml"}).Run() })
+	static := "ev-static-" + node
+	stack.WaitFor(t, 3*time.Minute, "the static pod's mirror pod Running", func(ctx context.Context) (bool, string) {
+		p, err := admin(t).CoreV1().Pods("default").Get(ctx, static, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+	})
 
 	avail := available(t, node, "memory.available")
 	threshold := (avail - 300*mi) / mi
@@ -249,7 +269,8 @@ func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
 	running(t, "default", high.Name)
 	running(t, "default", g.Name)
 	running(t, "kube-system", crit.Name)
-	if evs := evictionsOf(evictionState(t, node), high.Name, low.Name, g.Name, crit.Name); len(evs) != 1 {
+	running(t, "default", static)
+	if evs := evictionsOf(evictionState(t, node), high.Name, low.Name, g.Name, crit.Name, static); len(evs) != 1 {
 		t.Errorf("evictions %v: want exactly one", evs)
 	}
 	waitCondition(t, node, corev1.NodeMemoryPressure, corev1.ConditionFalse, 3*time.Minute)
