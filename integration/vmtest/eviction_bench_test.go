@@ -24,7 +24,7 @@ import (
 func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 	node := vmNode(b).Name
 	c := admin(b)
-	avail := available(b, node, "memory.available")
+	avail := min(available(b, node, "memory.available"), available(b, node, "allocatableMemory.available"))
 	threshold := (avail - 200*mi) / mi
 	evictionConfig(b, node, fmt.Sprintf("evictionHard: {memory.available: %dMi}\nevictionPressureTransitionPeriod: 10s\n", threshold),
 		"memory.available", fmt.Sprintf("%dMi", threshold))

@@ -200,7 +200,8 @@ func running(t *testing.T, ns, name string) {
 // node is refused while it holds, and it turns False after the transition period.
 func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
 	node := vmNode(t).Name
-	priorityClass(t, "unitlet-test-low", 10)
+	// Below every other pod's priority (0 without a class): the low hog goes first.
+	priorityClass(t, "unitlet-test-low", -100)
 	priorityClass(t, "unitlet-test-high", 1000)
 
 	g := vmPod("ev-guaranteed", map[string]string{"c": "exec sleep 100000"})
@@ -229,11 +230,14 @@ EOF`)
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
 	})
 
-	avail := available(t, node, "memory.available")
+	// The kubelet applies memory.available's hard threshold to allocatableMemory.available
+	// too (pods are in enforceNodeAllocatable), and the pods' cgroup has less than the node:
+	// the threshold is set below the smaller of the two.
+	avail := min(available(t, node, "memory.available"), available(t, node, "allocatableMemory.available"))
 	threshold := (avail - 300*mi) / mi
 	evictionConfig(t, node, fmt.Sprintf("evictionHard: {memory.available: %dMi}\nevictionPressureTransitionPeriod: 1m\n", threshold),
 		"memory.available", fmt.Sprintf("%dMi", threshold))
-	t.Logf("memory.available %d MiB; hard threshold %d MiB", avail/mi, threshold)
+	t.Logf("available %d MiB (the smaller of memory and allocatable memory); hard threshold %d MiB", avail/mi, threshold)
 
 	high := memoryHog("ev-hog-high", 200)
 	high.Spec.PriorityClassName = "unitlet-test-high"
