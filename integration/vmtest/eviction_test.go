@@ -76,12 +76,14 @@ func evictionConfig(t testing.TB, node, yaml, wantSignal, wantValue string) {
 	stack.InNode(t, node, "sh", "-c", fmt.Sprintf("cat > %s.tmp <<'EOF'\n%sEOF\nchmod 0600 %s.tmp && mv %s.tmp %s", path, doc, path, path, path))
 	t.Cleanup(func() {
 		_ = stack.Exec(node, []string{"rm", "-f", path}).Run()
-		// Back to the stack's thresholds before the next test measures anything.
+		// Back to the stack's thresholds, and no pressure left, before the next test.
 		stack.WaitFor(t, 2*time.Minute, "the test's eviction thresholds gone", func(context.Context) (bool, string) {
 			out, _ := stack.Exec(node, []string{"unitletctl", "eviction", "-o", "json"}).CombinedOutput()
 			return !strings.Contains(string(out), `"`+wantValue+`"`), ""
 		})
+		noPressure(t, node)
 	})
+	noPressure(t, node)
 	stack.WaitFor(t, 2*time.Minute, "unitlet-eviction follows the reloaded configuration", func(context.Context) (bool, string) {
 		s := signal(evictionState(t, node), wantSignal)
 		if s == nil {
@@ -107,6 +109,21 @@ func evictionsOf(st *evictionv1.State, names ...string) []*evictionv1.Eviction {
 		}
 	}
 	return out
+}
+
+// noPressure waits until unitlet-eviction reports no pressure condition (the stack's
+// transition period is 30 s), so pods are admitted and scheduled.
+func noPressure(t testing.TB, node string) {
+	t.Helper()
+	stack.WaitFor(t, 3*time.Minute, "no pressure condition on the node", func(context.Context) (bool, string) {
+		var on []string
+		for _, c := range evictionState(t, node).GetConditions() {
+			if c.GetStatus() == "True" {
+				on = append(on, c.GetType())
+			}
+		}
+		return len(on) == 0, strings.Join(on, ", ")
+	})
 }
 
 // priorityClass creates a PriorityClass for the test.
