@@ -1,0 +1,63 @@
+package eviction
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
+)
+
+func TestServerStateAndVerdicts(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, &kubeletconfigv1beta1.KubeletConfiguration{
+		EvictionHard:            map[string]string{"memory.available": "1Gi"},
+		EvictionSoft:            map[string]string{"nodefs.available": "20%"},
+		EvictionSoftGracePeriod: map[string]string{"nodefs.available": "1m"},
+	})
+	s := NewServer(m)
+	f.obs.mem = 512 << 20
+	f.round(m)
+
+	resp, err := s.GetState(context.Background(), &evictionv1.GetStateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.GetState()
+	var mem, disk *evictionv1.Signal
+	for _, sig := range st.GetSignals() {
+		switch sig.GetName() {
+		case "memory.available":
+			mem = sig
+		case "nodefs.available":
+			disk = sig
+		}
+	}
+	if mem == nil || mem.GetAvailable() != "512Mi" || len(mem.GetThresholds()) == 0 || !mem.GetThresholds()[0].GetMet() || mem.GetThresholds()[0].GetResolved() != "1Gi" {
+		t.Errorf("memory.available %v: want 512Mi available, the 1Gi hard threshold met", mem)
+	}
+	if disk == nil || len(disk.GetThresholds()) != 1 || disk.GetThresholds()[0].GetKind() != "soft" || disk.GetThresholds()[0].GetGracePeriod() != "1m0s" || disk.GetThresholds()[0].GetCrossed() {
+		t.Errorf("nodefs.available %v: want a soft 20%% threshold with its grace period, not crossed", disk)
+	}
+	if c := st.GetConditions()[0]; c.GetType() != "MemoryPressure" || c.GetStatus() != "True" || c.GetReason() != "KubeletHasInsufficientMemory" {
+		t.Errorf("conditions %v", st.GetConditions())
+	}
+	if len(st.GetEvictions()) != 1 || st.GetEvictions()[0].GetName() != "low" {
+		t.Errorf("evictions %v", st.GetEvictions())
+	}
+
+	v, err := s.AdmitPod(context.Background(), &evictionv1.AdmitPodRequest{Pod: []byte(`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c"}]}}`)})
+	if err != nil || v.GetAdmit() || v.GetReason() != "Evicted" {
+		t.Errorf("a BestEffort pod under memory pressure: %v, %v", v, err)
+	}
+	v, err = s.AdmitPod(context.Background(), &evictionv1.AdmitPodRequest{Pod: []byte(`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"requests":{"memory":"1Mi"}}}]}}`)})
+	if err != nil || !v.GetAdmit() {
+		t.Errorf("a Burstable pod under memory pressure: %v, %v", v, err)
+	}
+	if _, err := s.AdmitPod(context.Background(), &evictionv1.AdmitPodRequest{Pod: []byte(`{`)}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a pod that is not JSON: %v, want InvalidArgument", err)
+	}
+}
