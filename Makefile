@@ -120,11 +120,13 @@ bench-pods: build harness-binaries
 
 ## bench-eviction: on the vm node, a memory crossing (a pod writing 300 MiB to a memory
 ## emptyDir past a hard threshold) to the eviction, to the pod's Failed status and to
-## MemoryPressure on the Node: p50 of 5 runs, and unitlet-eviction's RSS and CPU
+## MemoryPressure on the Node: p50 of 5 runs; then unitlet-eviction's RSS and CPU at 100
+## pods (static pods on the standalone stack)
 bench-eviction: build harness-binaries
 	@mkdir -p $(CACHE)
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkEvictionMemoryCrossing -benchtime=1x -count=1 -timeout=30m ./integration/vmtest/ | tee $(CACHE)/bench-eviction.log
-	@echo; sed -n '/^== eviction on a memory crossing/,/^unitlet-eviction:/p' $(CACHE)/bench-eviction.log
+	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/standalone.yaml $(GO) test -run='^$$' -bench=BenchmarkEvictionAt100Pods -benchtime=1x -count=1 -timeout=30m ./integration/harnesstest/ | tee -a $(CACHE)/bench-eviction.log
+	@echo; sed -n '/^== eviction on a memory crossing/,/^unitlet-eviction:/p' $(CACHE)/bench-eviction.log; sed -n '/^== unitlet-eviction at 100 pods/,+1p' $(CACHE)/bench-eviction.log
 
 ## bench-volumes: PrepareVolumes over the bus on the harness's node for a pod with 5
 ## configMap/secret/projected volumes, one pod alone and 30 at once: p50 and p99 in ms
