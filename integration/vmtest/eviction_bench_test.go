@@ -35,18 +35,19 @@ func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 	var toEvict, toAPI, toCondition []float64
 	for run := range 5 {
 		name := fmt.Sprintf("ev-bench-%d", run)
-		p := vmPod(name, map[string]string{"hog": `s=$(date +%s.%N); dd if=/dev/zero of=/fill/f bs=300M count=1 2>/dev/null; echo "start=$s end=$(date +%s.%N)"; exec sleep 100000`})
-		p.Spec.Volumes = []corev1.Volume{{Name: "fill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
-		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fill", MountPath: "/fill"}}
+		// The times go to a hostPath file: an evicted pod's log may be gone with its container.
+		p := vmPod(name, map[string]string{"hog": `s=$(date +%s.%N); dd if=/dev/zero of=/fill/f bs=300M count=1 2>/dev/null; echo "start=$s end=$(date +%s.%N)" > /times/` + name + `; exec sleep 100000`})
+		dirOrCreate := corev1.HostPathDirectoryOrCreate
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "fill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+			{Name: "times", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/tmp/ev-bench", Type: &dirOrCreate}}},
+		}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fill", MountPath: "/fill"}, {Name: "times", MountPath: "/times"}}
 		if _, err := c.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		evicted := waitEvicted(b, "default", name, 4*time.Minute)
-		logs, err := c.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{Container: "hog"}).DoRaw(context.Background())
-		if err != nil {
-			b.Fatalf("logs of %s: %v", name, err)
-		}
-		start := logTime(b, string(logs), "start=")
+		start := logTime(b, stack.InNode(b, node, "cat", "/var/tmp/ev-bench/"+name), "start=")
 		evs := evictionsOf(evictionState(b, node), name)
 		if len(evs) != 1 {
 			b.Fatalf("%s: evictions %v", name, evs)
@@ -74,7 +75,7 @@ func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 		round(toEvict), round(toAPI), round(toCondition), strings.TrimSpace(rss), cpu*100, time.Since(t0).Round(time.Second))
 }
 
-// logTime reads the Unix time after key (e.g. "start=1764100000.123456789") from a log.
+// logTime reads the Unix time after key (e.g. "start=1764100000.123456789") from text.
 func logTime(b testing.TB, logs, key string) time.Time {
 	b.Helper()
 	i := strings.Index(logs, key)
