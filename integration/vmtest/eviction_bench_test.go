@@ -36,7 +36,7 @@ func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 	for run := range 5 {
 		name := fmt.Sprintf("ev-bench-%d", run)
 		// The times go to a hostPath file: an evicted pod's log may be gone with its container.
-		p := vmPod(name, map[string]string{"hog": `s=$(date +%s.%N); dd if=/dev/zero of=/fill/f bs=300M count=1 2>/dev/null; echo "start=$s end=$(date +%s.%N)" > /times/` + name + `; exec sleep 100000`})
+		p := vmPod(name, map[string]string{"hog": `s=$(cut -d' ' -f1 /proc/uptime); dd if=/dev/zero of=/fill/f bs=300M count=1 2>/dev/null; echo "start=$s end=$(cut -d' ' -f1 /proc/uptime)" > /times/` + name + `; exec sleep 100000`})
 		dirOrCreate := corev1.HostPathDirectoryOrCreate
 		p.Spec.Volumes = []corev1.Volume{
 			{Name: "fill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
@@ -47,7 +47,9 @@ func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 			b.Fatal(err)
 		}
 		evicted := waitEvicted(b, "default", name, 4*time.Minute)
-		start := logTime(b, stack.InNode(b, node, "cat", "/var/tmp/ev-bench/"+name), "start=")
+		// busybox's date has no sub-second field: the pod writes the guest's uptime, made
+		// wall-clock time here with the guest's own offset between the two.
+		start := bootTime(b, node).Add(time.Duration(float64(time.Second) * uptimeAt(b, stack.InNode(b, node, "cat", "/var/tmp/ev-bench/"+name), "start=")))
 		evs := evictionsOf(evictionState(b, node), name)
 		if len(evs) != 1 {
 			b.Fatalf("%s: evictions %v", name, evs)
@@ -75,22 +77,37 @@ func BenchmarkEvictionMemoryCrossing(b *testing.B) {
 		round(toEvict), round(toAPI), round(toCondition), strings.TrimSpace(rss), cpu*100, time.Since(t0).Round(time.Second))
 }
 
-// logTime reads the Unix time after key (e.g. "start=1764100000.123456789") from text.
-func logTime(b testing.TB, logs, key string) time.Time {
+// uptimeAt reads the seconds after key (e.g. "start=123.45") from text.
+func uptimeAt(b testing.TB, text, key string) float64 {
 	b.Helper()
-	i := strings.Index(logs, key)
+	i := strings.Index(text, key)
 	if i < 0 {
-		b.Fatalf("no %s in %q", key, logs)
+		b.Fatalf("no %s in %q", key, text)
 	}
-	f := strings.Fields(logs[i+len(key):])
+	f := strings.Fields(text[i+len(key):])
 	if len(f) == 0 {
-		b.Fatalf("no time after %s in %q", key, logs)
+		b.Fatalf("no seconds after %s in %q", key, text)
 	}
 	sec, err := strconv.ParseFloat(f[0], 64)
 	if err != nil {
 		b.Fatalf("%s%s: %v", key, f[0], err)
 	}
-	return time.Unix(0, int64(sec*1e9))
+	return sec
+}
+
+// bootTime is the guest's wall-clock time at uptime 0.
+func bootTime(b testing.TB, node string) time.Time {
+	b.Helper()
+	f := strings.Fields(stack.InNode(b, node, "sh", "-c", "date +%s.%N; cut -d' ' -f1 /proc/uptime"))
+	if len(f) != 2 {
+		b.Fatalf("date and uptime in the guest: %q", f)
+	}
+	wall, err1 := strconv.ParseFloat(f[0], 64)
+	up, err2 := strconv.ParseFloat(f[1], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("date and uptime in the guest: %q", f)
+	}
+	return time.Unix(0, int64((wall-up)*1e9))
 }
 
 // guestCPUSeconds is the user+system CPU time of a process in the guest.
