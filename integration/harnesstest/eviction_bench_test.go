@@ -32,7 +32,6 @@ func BenchmarkEvictionAt100Pods(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rt.Close()
 	dir := stack.NodeManifestDir(node)
 	names := podNames("ev-bench", 100)
 	var static []string
@@ -57,6 +56,7 @@ spec:
 		if _, err := goneFromCRI(ctx, rt, "ev-bench-", 5*time.Minute); err != nil {
 			b.Error(err)
 		}
+		rt.Close()
 	})
 	if _, err := runningByCRI(ctx, rt, static, 10*time.Minute); err != nil {
 		b.Fatalf("%v\n%s", err, stack.Logs(30))
