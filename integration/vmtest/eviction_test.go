@@ -439,6 +439,7 @@ func TestSoftThresholdGracePeriodSurvivesASIGKILL(t *testing.T) {
 		t.Errorf("evicted %s after the first crossing and %s after the SIGKILL: the grace period started again with the restart",
 			at.Sub(first).Round(time.Second), at.Sub(killed).Round(time.Second))
 	}
+	t.Logf("evicted %s after the first crossing, %s after the SIGKILL", at.Sub(first).Round(time.Second), at.Sub(killed).Round(time.Second))
 	if g := evs[0].GetGracePeriodSeconds(); g != 1 {
 		t.Errorf("grace period %d, want 1 (the pod's own 1 s is below evictionMaxPodGracePeriod 5)", g)
 	}
