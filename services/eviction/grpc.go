@@ -14,6 +14,7 @@ import (
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	"github.com/unitlet/unitlet/services/eviction/policy"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -51,21 +52,19 @@ func (s *Server) AdmitPod(_ context.Context, req *evictionv1.AdmitPodRequest) (*
 func conditionsToProto(cs []Condition) []*evictionv1.Condition {
 	out := make([]*evictionv1.Condition, 0, len(cs))
 	for _, c := range cs {
-		k := pressureTexts[c.Type]
-		pc := &evictionv1.Condition{Type: string(c.Type), Status: string(corev1.ConditionFalse), Reason: k.okReason, Message: k.okMessage, LastTransitionTime: timestamppb.New(c.LastTransitionTime)}
-		if c.True {
-			pc.Status, pc.Reason, pc.Message = string(corev1.ConditionTrue), k.underReason, k.underMessage
+		pc := &evictionv1.Condition{Type: string(c.Type), Status: string(corev1.ConditionFalse), LastTransitionTime: timestamppb.New(c.LastTransitionTime)}
+		for _, k := range nodeinfo.Pressures {
+			switch {
+			case k.Type != c.Type:
+			case c.True:
+				pc.Status, pc.Reason, pc.Message = string(corev1.ConditionTrue), k.UnderReason, k.UnderMessage
+			default:
+				pc.Reason, pc.Message = k.OKReason, k.OKMessage
+			}
 		}
 		out = append(out, pc)
 	}
 	return out
-}
-
-// pressureTexts are the kubelet's reasons and messages of the pressure conditions.
-var pressureTexts = map[corev1.NodeConditionType]struct{ okReason, okMessage, underReason, underMessage string }{
-	corev1.NodeMemoryPressure: {"KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},
-	corev1.NodeDiskPressure:   {"KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"},
-	corev1.NodePIDPressure:    {"KubeletHasSufficientPID", "kubelet has sufficient PID available", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"},
 }
 
 func stateToProto(s Snapshot) *evictionv1.State {

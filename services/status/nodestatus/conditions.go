@@ -11,6 +11,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
 // The Ready condition's reasons and the kubelet's message when all is well.
@@ -160,26 +161,17 @@ func readyCondition(r readiness, hasExisting bool) (cond corev1.NodeCondition, h
 }
 
 // pressureKind is one of the three pressure conditions with the kubelet's reasons,
-// messages and events.
+// messages (shared with unitlet-eviction) and events.
 type pressureKind struct {
-	typ                                corev1.NodeConditionType
-	okReason, okMessage, okEvent       string
-	underReason, underMessage, underEv string
+	nodeinfo.Pressure
+	okEvent, underEv string
 }
 
-var pressureKinds = []pressureKind{{
-	typ:      corev1.NodeMemoryPressure,
-	okReason: "KubeletHasSufficientMemory", okMessage: "kubelet has sufficient memory available", okEvent: "NodeHasSufficientMemory",
-	underReason: "KubeletHasInsufficientMemory", underMessage: "kubelet has insufficient memory available", underEv: "NodeHasInsufficientMemory",
-}, {
-	typ:      corev1.NodeDiskPressure,
-	okReason: "KubeletHasNoDiskPressure", okMessage: "kubelet has no disk pressure", okEvent: "NodeHasNoDiskPressure",
-	underReason: "KubeletHasDiskPressure", underMessage: "kubelet has disk pressure", underEv: "NodeHasDiskPressure",
-}, {
-	typ:      corev1.NodePIDPressure,
-	okReason: "KubeletHasSufficientPID", okMessage: "kubelet has sufficient PID available", okEvent: "NodeHasSufficientPID",
-	underReason: "KubeletHasInsufficientPID", underMessage: "kubelet has insufficient PID available", underEv: "NodeHasInsufficientPID",
-}}
+var pressureKinds = []pressureKind{
+	{Pressure: nodeinfo.Pressures[0], okEvent: "NodeHasSufficientMemory", underEv: "NodeHasInsufficientMemory"},
+	{Pressure: nodeinfo.Pressures[1], okEvent: "NodeHasNoDiskPressure", underEv: "NodeHasDiskPressure"},
+	{Pressure: nodeinfo.Pressures[2], okEvent: "NodeHasSufficientPID", underEv: "NodeHasInsufficientPID"},
+}
 
 // messageUnmonitored is the pressure conditions' message while no eviction service answers.
 //
@@ -211,20 +203,20 @@ func (c *Controller) pressureConditions(ctx context.Context) map[corev1.NodeCond
 // pressureCondition is kind's condition from the eviction service's answer, with the
 // kubelet's reason and message where the answer has none.
 func (k pressureKind) condition(answer map[corev1.NodeConditionType]corev1.NodeCondition) corev1.NodeCondition {
-	got, ok := answer[k.typ]
+	got, ok := answer[k.Type]
 	if !ok {
-		return corev1.NodeCondition{Type: k.typ, Status: corev1.ConditionFalse, Reason: k.okReason, Message: messageUnmonitored}
+		return corev1.NodeCondition{Type: k.Type, Status: corev1.ConditionFalse, Reason: k.OKReason, Message: messageUnmonitored}
 	}
-	out := corev1.NodeCondition{Type: k.typ, Status: got.Status, Reason: got.Reason, Message: got.Message}
+	out := corev1.NodeCondition{Type: k.Type, Status: got.Status, Reason: got.Reason, Message: got.Message}
 	switch out.Status {
 	case corev1.ConditionTrue:
 		if out.Reason == "" {
-			out.Reason, out.Message = k.underReason, k.underMessage
+			out.Reason, out.Message = k.UnderReason, k.UnderMessage
 		}
 	default:
 		out.Status = corev1.ConditionFalse
 		if out.Reason == "" {
-			out.Reason, out.Message = k.okReason, k.okMessage
+			out.Reason, out.Message = k.OKReason, k.OKMessage
 		}
 	}
 	return out

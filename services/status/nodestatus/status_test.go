@@ -263,9 +263,9 @@ func TestPressureConditions(t *testing.T) {
 	t.Run("no eviction service", func(t *testing.T) {
 		h := registered(t, nil)
 		for _, k := range pressureKinds {
-			c := condition(t, h.node(t), k.typ)
-			if c.Status != corev1.ConditionFalse || c.Reason != k.okReason || c.Message != messageUnmonitored {
-				t.Errorf("%s = %+v, want False %s %q", k.typ, c, k.okReason, messageUnmonitored)
+			c := condition(t, h.node(t), k.Type)
+			if c.Status != corev1.ConditionFalse || c.Reason != k.OKReason || c.Message != messageUnmonitored {
+				t.Errorf("%s = %+v, want False %s %q", k.Type, c, k.OKReason, messageUnmonitored)
 			}
 		}
 	})
