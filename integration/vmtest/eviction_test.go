@@ -222,7 +222,9 @@ func TestMemoryPressureEvictsTheLowerPriorityBestEffortPod(t *testing.T) {
 	priorityClass(t, "unitlet-test-high", 1000)
 
 	g := vmPod("ev-guaranteed", map[string]string{"c": "exec sleep 100000"})
-	g.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "10m", "memory", "32Mi"), Limits: rl("cpu", "10m", "memory", "32Mi")}
+	// Not a tiny CPU limit: the pod cgroup's quota holds runc and the pause container too,
+	// and at 10m they took over two minutes to start on CI's emulated guest.
+	g.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "100m", "memory", "32Mi"), Limits: rl("cpu", "100m", "memory", "32Mi")}
 	runVMPod(t, g)
 	crit := vmPod("ev-critical", map[string]string{"c": "exec sleep 100000"})
 	crit.Namespace, crit.Spec.PriorityClassName = "kube-system", "system-node-critical"

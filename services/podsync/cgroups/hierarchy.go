@@ -229,6 +229,28 @@ func (h *hierarchies) rmdir(ctx context.Context, rel, cgroup string) error {
 	return nil
 }
 
+// awaitGone waits a moment for a v2 cgroup that systemd removes as its slice stops. The
+// stop job can end while the kernel still holds the directory (just after a pod's last
+// processes exit; systemd removes it once they are gone), and the unit's mount of the
+// cgroup tree is read-only, so nothing is removed here: a directory still there is
+// reported as not empty, for the next cleanup to look again.
+func (h *hierarchies) awaitGone(ctx context.Context, rel, cgroup string) error {
+	d := filepath.Join(h.mount, rel)
+	for wait := 10 * time.Millisecond; ; wait *= 2 {
+		if !exists(d) {
+			return nil
+		}
+		if wait > time.Second {
+			return &NotEmptyError{Cgroup: cgroup, Err: fmt.Errorf("its slice is stopped but %s is still there", d)}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remove cgroup %s: %w", cgroup, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
 // writeFile writes value to an existing cgroup file. It never creates one: a missing
 // file is a controller that is not there. The error is the bare errno, for the caller to
 // name the file once.

@@ -181,6 +181,9 @@ func (m *systemdManager) Remove(ctx context.Context, n Name) error {
 	if err != nil {
 		return err
 	}
+	if m.h.unified {
+		return m.h.awaitGone(ctx, rel, slice)
+	}
 	// What systemd does not manage (v1 hugetlb) is left for us.
 	return m.h.rmdir(ctx, rel, slice)
 }

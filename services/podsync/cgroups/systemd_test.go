@@ -264,6 +264,35 @@ func TestSystemdRemoveStopsAnEmptySlice(t *testing.T) {
 	}
 }
 
+// The stop job can end before the kernel lets systemd remove the cgroup: Remove waits a
+// moment for it, removes nothing itself (the unit's cgroup mount is read-only), and reports
+// one still there as not empty, for the next cleanup.
+func TestSystemdRemoveWaitsForTheCgroupSystemdRemovesLate(t *testing.T) {
+	pod := Name{"kubepods", "besteffort", "pod56"}
+	fake := &fakeSystemd{}
+	m, f := newFakeSystemdManager(t, fake)
+	dir := filepath.Join(f.dir, pod.SystemdPath())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake.onStop = func(string) { time.AfterFunc(100*time.Millisecond, func() { os.RemoveAll(dir) }) }
+	if err := m.Remove(context.Background(), pod); err != nil {
+		t.Fatalf("Remove with the cgroup gone 100 ms after the stop: %v, want nil", err)
+	}
+
+	fake.onStop = nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := m.Remove(context.Background(), pod)
+	if !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("Remove with the cgroup left after the stop = %v, want ErrNotEmpty", err)
+	}
+	if !isDir(dir) {
+		t.Fatal("Remove removed the cgroup systemd left: it must leave it to systemd")
+	}
+}
+
 func TestSystemdChildrenAndExists(t *testing.T) {
 	m, f := newFakeSystemdManager(t, &fakeSystemd{})
 	kubepods := Name{"kubepods"}
