@@ -56,7 +56,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
-	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, cri.FromConfig(kc)...)
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}

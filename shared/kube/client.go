@@ -31,8 +31,9 @@ func (e MissingFileError) Error() string {
 // Temporary reports that the file may yet appear.
 func (MissingFileError) Temporary() bool { return true }
 
-// RESTConfig reads kubeconfig and sets the user agent (<component>/<version>) and the
-// kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst). An unset kubeconfig
+// RESTConfig reads kubeconfig and sets the user agent (<component>/<version>), the
+// kubelet's client rate limits from kc (kubeAPIQPS, kubeAPIBurst) and its content type
+// (contentType: protobuf unless set). An unset kubeconfig
 // gives ErrStandalone; one that is set but missing is an error, never a standalone node.
 func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (*rest.Config, error) {
 	if kubeconfig == "" {
@@ -53,6 +54,9 @@ func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletCo
 		}
 		if kc.KubeAPIBurst != 0 {
 			rc.Burst = int(kc.KubeAPIBurst)
+		}
+		if kc.ContentType != "" {
+			rc.ContentType = kc.ContentType
 		}
 	}
 	return rc, nil
