@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -48,7 +50,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
-	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, cri.FromConfig(kc)...)
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
@@ -106,6 +108,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	// Node API: :10250.
 	d.Go("node API", api.Run)
+	if kc := nc.KubeletConfiguration; kc.HealthzPort != nil && *kc.HealthzPort > 0 {
+		// /healthz over plain HTTP (10248), bound before READY=1 as the node API is.
+		addr := net.JoinHostPort(kc.HealthzBindAddress, strconv.Itoa(int(*kc.HealthzPort)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("healthz (healthzBindAddress, healthzPort): listen on %s: %w", addr, err)
+		}
+		d.Go("healthz", func(ctx context.Context) error { return api.ServeHealthz(ctx, l) })
+	}
 
 	statusv1.RegisterStatusServiceServer(d.Server(), NewServer(nc.Node.GetName(), api.Address(), node, pods))
 	return d.Run(ctx)

@@ -22,14 +22,46 @@ import (
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 
+	healthz.InstallHandler(mux, s.healthChecks()...)
+
+	mux.HandleFunc("GET /pods", s.getPods)
+
+	if s.opts.DisableDebuggingHandlers {
+		// As the kubelet with enableDebuggingHandlers: false.
+		disabled := func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "Debug endpoints are disabled.", http.StatusMethodNotAllowed)
+		}
+		for _, p := range []string{"/run/", "/exec/", "/attach/", "/portForward/", "/containerLogs/", "/runningpods/", "/debug/pprof/", "/logs/"} {
+			mux.HandleFunc(p, disabled)
+		}
+	} else {
+		s.debuggingRoutes(mux)
+	}
+
+	if s.opts.Stats != nil {
+		mux.HandleFunc("GET /stats/summary", s.getStatsSummary)
+	}
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics)
+	}
+	if s.opts.Configz != nil {
+		mux.HandleFunc("GET /configz", s.getConfigz)
+	}
+	return mux
+}
+
+// healthChecks are /healthz's checks: ping, and the node agent's own when there is one.
+func (s *Server) healthChecks() []healthz.HealthChecker {
 	checks := []healthz.HealthChecker{healthz.PingHealthz}
 	if s.opts.Healthz != nil {
 		checks = append(checks, healthz.NamedCheck("unitlet", func(r *http.Request) error { return s.opts.Healthz(r.Context()) }))
 	}
-	healthz.InstallHandler(mux, checks...)
+	return checks
+}
 
-	mux.HandleFunc("GET /pods", s.getPods)
-
+// debuggingRoutes are the kubelet's debugging handlers: container logs, exec, attach,
+// port forwarding and run.
+func (s *Server) debuggingRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs)
 	idle := s.opts.StreamingIdleTimeout
 	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
@@ -47,17 +79,6 @@ func (s *Server) routes() http.Handler {
 	for _, p := range []string{"/run/{namespace}/{pod}/{container}", "/run/{namespace}/{pod}/{uid}/{container}"} {
 		mux.HandleFunc("POST "+p, s.limitSessions(s.postRun))
 	}
-
-	if s.opts.Stats != nil {
-		mux.HandleFunc("GET /stats/summary", s.getStatsSummary)
-	}
-	if s.opts.Metrics != nil {
-		mux.Handle("GET /metrics", s.opts.Metrics)
-	}
-	if s.opts.Configz != nil {
-		mux.HandleFunc("GET /configz", s.getConfigz)
-	}
-	return mux
 }
 
 // writeError answers with the status an apierrors error carries (404 for NotFound, 400

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -170,5 +171,77 @@ func TestEndpoints(t *testing.T) {
 	unhealthy.Store(true)
 	if code, _ := do(t, c, http.MethodGet, base+"/healthz", ""); code != http.StatusInternalServerError {
 		t.Errorf("GET /healthz while unhealthy: status %d, want 500", code)
+	}
+}
+
+// enableDebuggingHandlers: false answers the debugging endpoints as the kubelet does; the
+// rest is served.
+func TestDebuggingHandlersCanBeDisabled(t *testing.T) {
+	authn, authz := openAuth()
+	pods := &fakePods{pods: []*corev1.Pod{testPod("ns1", "web", "uid-1")}}
+	s := startServer(t, Options{
+		Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz,
+		Pods: pods, Logs: &fakeLogs{}, DisableDebuggingHandlers: true,
+	})
+	c, base := client(t), "https://"+s.Address()
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/containerLogs/ns1/web/app"},
+		{http.MethodPost, "/exec/ns1/web/app?command=ls"},
+		{http.MethodPost, "/attach/ns1/web/app"},
+		{http.MethodPost, "/portForward/ns1/web"},
+		{http.MethodPost, "/run/ns1/web/app?cmd=ls"},
+	} {
+		code, body := do(t, c, tc.method, base+tc.path, "")
+		if code != http.StatusMethodNotAllowed || !strings.Contains(body, "Debug endpoints are disabled.") {
+			t.Errorf("%s %s: %d %q, want 405 \"Debug endpoints are disabled.\"", tc.method, tc.path, code, body)
+		}
+	}
+	if code, _ := do(t, c, http.MethodGet, base+"/pods", ""); code != http.StatusOK {
+		t.Errorf("GET /pods: %d, want 200", code)
+	}
+}
+
+// /healthz over plain HTTP carries the node API's checks and nothing else.
+func TestServeHealthz(t *testing.T) {
+	authn, authz := openAuth()
+	var unhealthy atomic.Bool
+	s := startServer(t, Options{
+		Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz, Pods: &fakePods{},
+		Healthz: func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("podsync unreachable")
+			}
+			return nil
+		},
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeHealthz(ctx, l) }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + l.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || body != "ok" {
+		t.Errorf("GET /healthz: %d %q, want 200 ok", code, body)
+	}
+	if code, _ := get("/pods"); code != http.StatusNotFound {
+		t.Errorf("GET /pods on the healthz port: %d, want 404", code)
+	}
+	unhealthy.Store(true)
+	if code, _ := get("/healthz"); code != http.StatusInternalServerError {
+		t.Errorf("GET /healthz while unhealthy: %d, want 500", code)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeHealthz after its context ended: %v", err)
 	}
 }

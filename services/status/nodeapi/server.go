@@ -106,7 +106,10 @@ type Options struct {
 	Configz func() ([]byte, error)
 	// Healthz reports the node agent's health for /healthz; nil: always healthy.
 	Healthz func(ctx context.Context) error
-	Log     *slog.Logger
+	// DisableDebuggingHandlers answers container logs, exec, attach, port forwarding and
+	// run with 405 (kubelet config enableDebuggingHandlers: false).
+	DisableDebuggingHandlers bool
+	Log                      *slog.Logger
 }
 
 // Server is the node's HTTPS API.
