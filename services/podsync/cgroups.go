@@ -32,7 +32,7 @@ const (
 	burstableCgroup  = "burstable"
 	bestEffortCgroup = "besteffort"
 	podCgroupPrefix  = "pod"
-	// cfsPeriod is the CFS period of pod cgroups (cpuCFSQuotaPeriod is not applied yet).
+	// cfsPeriod is the CFS period of pod cgroups (a cpuCFSQuotaPeriod other than 100ms is refused).
 	cfsPeriod = 100000
 	// cgroupCleanupPeriod is how often cgroups of pods that are gone are removed and the
 	// QoS cgroups' CPU shares follow the pods.

@@ -23,6 +23,7 @@ func newImageGC(ctx context.Context, kc *kubeletv1beta1.KubeletConfiguration, rt
 		HighThresholdPercent: int(ptr.Deref(kc.ImageGCHighThresholdPercent, 85)),
 		LowThresholdPercent:  int(ptr.Deref(kc.ImageGCLowThresholdPercent, 80)),
 		MinAge:               kc.ImageMinimumGCAge.Duration,
+		MaxAge:               kc.ImageMaximumGCAge.Duration,
 		Keep:                 sandboxImage(ctx, rt, log),
 	}, clk, reg, log.With("component", "imagegc"))
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -49,7 +50,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc, nodeName, clk := nc.KubeletConfiguration, nc.Node.GetName(), clock.RealClock{}
-	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint)
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, cri.FromConfig(kc)...)
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
@@ -106,6 +107,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
 	wo := workerOptions(nc, node, machine, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
 	wo.CRI.CgroupParent = cg.Parent
+	// As the kubelet: on cgroup v2 the kernel kills a container's processes together on
+	// OOM unless singleProcessOOMKill (unitlet-config refuses false on v1).
+	wo.CRI.OOMKillGroup = cg.m.Unified() && !ptr.Deref(kc.SingleProcessOOMKill, false)
 	wo.Cgroups = cg
 	var services *serviceLister
 	if client != nil {

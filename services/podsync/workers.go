@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -58,5 +59,20 @@ func workerOptions(nc *nodeconfig.Config, node *corev1.Node, machine nodeinfo.Ma
 		Resync:      kc.SyncFrequency.Duration,
 		Volumes:     volumes,
 		StateDir:    filepath.Join(rootDir, "podsync"),
+		PullLimits:  pullLimits(kc),
 	}
+}
+
+// pullLimits are the configuration's limits on image pulls: registryPullQPS and
+// registryBurst, and one pull at a time with serializeImagePulls, else
+// maxParallelImagePulls (unset: no limit).
+func pullLimits(kc *kubeletconfigv1beta1.KubeletConfiguration) podworker.PullLimits {
+	l := podworker.PullLimits{QPS: float32(ptr.Deref(kc.RegistryPullQPS, 5)), Burst: int(kc.RegistryBurst)}
+	switch {
+	case ptr.Deref(kc.SerializeImagePulls, true):
+		l.Parallel = 1
+	case kc.MaxParallelImagePulls != nil:
+		l.Parallel = int(*kc.MaxParallelImagePulls)
+	}
+	return l
 }

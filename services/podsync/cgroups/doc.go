@@ -29,7 +29,7 @@
 //     MemoryQoS's memory.min/memory.low: both off by default in the kubelet, and unitlet
 //     does not offer them.
 //   - cpusets for the static CPU manager policy: unitlet has no CPU manager (a
-//     cpuManagerPolicy other than "none" is reported as not applied), so a pod's cgroup
+//     cpuManagerPolicy other than "none" is refused at load), so a pod's cgroup
 //     keeps all of its parent's CPUs; Resources has no cpuset.
 //   - hugetlb limits where systemd leaves no writable hugetlb files: systemd has no
 //     property for them and does not give a slice the hugetlb controller on cgroup v2. The

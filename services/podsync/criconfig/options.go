@@ -42,6 +42,9 @@ type Options struct {
 	// SeccompProfileRoot is the directory Localhost seccomp profiles are relative to,
 	// normally <root-dir>/seccomp.
 	SeccompProfileRoot string
+	// OOMKillGroup sets memory.oom.group on each container's cgroup (cgroup v2, unless
+	// kubelet config singleProcessOOMKill), so that an OOM kill takes all its processes.
+	OOMKillGroup bool
 	// SeccompDefault makes RuntimeDefault the seccomp profile of containers that name
 	// none (kubelet config seccompDefault); otherwise they run Unconfined.
 	SeccompDefault bool

@@ -83,6 +83,9 @@ func containerResources(pod *corev1.Pod, c *corev1.Container, o Options) *runtim
 	r := linuxResources(cpuReq, cpuLim.MilliValue(), memLim.Value())
 	r.OomScoreAdj = OOMScoreAdj(pod, c, o.MemoryCapacity)
 	r.HugepageLimits = hugepageLimits(pod, c, o.HugePageSizes)
+	if o.OOMKillGroup {
+		r.Unified = map[string]string{"memory.oom.group": "1"}
+	}
 	return r
 }
 

@@ -63,6 +63,11 @@ func TestContainerResources(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("containerResources =\n %v\nwant\n %v", got, tt.want)
 			}
+			// On cgroup v2 without singleProcessOOMKill, the whole container is killed.
+			got = containerResources(pod, &pod.Spec.Containers[0], Options{MemoryCapacity: 16 * gi, OOMKillGroup: true})
+			if got.Unified["memory.oom.group"] != "1" || len(got.Unified) != 1 {
+				t.Errorf("with OOMKillGroup: unified %v, want memory.oom.group 1", got.Unified)
+			}
 		})
 	}
 }

@@ -37,6 +37,10 @@ type Policy struct {
 	HighThresholdPercent int
 	LowThresholdPercent  int
 	MinAge               time.Duration
+	// MaxAge removes an image unused for longer than this, whatever the disk's usage
+	// (imageMaximumGCAge); 0 keeps images of any age. An image never used counts from
+	// when this process first saw it.
+	MaxAge time.Duration
 	// Keep are image references never removed (the sandbox image).
 	Keep []string
 }
@@ -90,7 +94,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.log.Info("image garbage collection is off (imageGCHighThresholdPercent: 100)")
 		return nil
 	}
-	m.log.Info("image garbage collection", "highPercent", m.policy.HighThresholdPercent, "lowPercent", m.policy.LowThresholdPercent, "minAge", m.policy.MinAge, "keep", m.policy.Keep)
+	m.log.Info("image garbage collection", "highPercent", m.policy.HighThresholdPercent, "lowPercent", m.policy.LowThresholdPercent, "minAge", m.policy.MinAge, "maxAge", m.policy.MaxAge, "keep", m.policy.Keep)
 	t := m.clk.NewTimer(time.Minute)
 	defer t.Stop()
 	for {
@@ -134,6 +138,7 @@ func (m *Manager) Collect(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	candidates = m.removeOld(ctx, candidates)
 	u, err := m.usage(ctx)
 	if err != nil {
 		return 0, err
@@ -158,6 +163,40 @@ func (m *Manager) Collect(ctx context.Context) (uint64, error) {
 		return freed, fmt.Errorf("freed %d of the %d bytes needed to get below %d%% of the image filesystem", freed, need, m.policy.LowThresholdPercent)
 	}
 	return freed, nil
+}
+
+// removeOld removes the candidates unused for longer than the maximum age and returns
+// the others.
+func (m *Manager) removeOld(ctx context.Context, candidates []*runtimeapi.Image) []*runtimeapi.Image {
+	if m.policy.MaxAge <= 0 {
+		return candidates
+	}
+	now := m.clk.Now()
+	var left []*runtimeapi.Image
+	for _, img := range candidates {
+		if idle := now.Sub(m.lastUse(img.GetId())); idle > m.policy.MaxAge {
+			m.log.Info("removing an image unused for longer than imageMaximumGCAge", "image", img.GetId(), "tags", img.GetRepoTags(), "unusedFor", idle.Round(time.Second), "maxAge", m.policy.MaxAge)
+			if m.remove(ctx, img) {
+				continue
+			}
+		}
+		left = append(left, img)
+	}
+	return left
+}
+
+// lastUse is when the image was last seen used, or first seen if never.
+func (m *Manager) lastUse(id string) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastUseLocked(id)
+}
+
+func (m *Manager) lastUseLocked(id string) time.Time {
+	if t, ok := m.lastUsed[id]; ok {
+		return t
+	}
+	return m.firstSeen[id]
 }
 
 // RemoveUnused removes every image no container uses, whatever the disk's usage, as the
@@ -239,13 +278,9 @@ func (m *Manager) candidates(ctx context.Context) ([]*runtimeapi.Image, error) {
 			delete(m.lastUsed, id)
 		}
 	}
-	last := func(id string) time.Time {
-		if t, ok := m.lastUsed[id]; ok {
-			return t
-		}
-		return m.firstSeen[id]
-	}
-	sort.SliceStable(candidates, func(i, j int) bool { return last(candidates[i].GetId()).Before(last(candidates[j].GetId())) })
+	sort.SliceStable(candidates, func(i, j int) bool {
+		return m.lastUseLocked(candidates[i].GetId()).Before(m.lastUseLocked(candidates[j].GetId()))
+	})
 	return candidates, nil
 }
 

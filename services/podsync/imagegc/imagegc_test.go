@@ -123,3 +123,43 @@ func TestRemoveUnused(t *testing.T) {
 		t.Errorf("removed %v: %d images, %d bytes; want %v, 2 images, 30 bytes", rt.removed, n, freed, want)
 	}
 }
+
+// imageMaximumGCAge: an image unused for longer goes even with the disk nearly empty; one
+// used since, a running one and one never used for less than the age stay.
+func TestCollectRemovesImagesUnusedForLongerThanTheMaximumAge(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	rt := &fakeRuntime{
+		images: []*runtimeapi.Image{
+			{Id: "idle", RepoTags: []string{"idle:1"}, Size: 10},
+			{Id: "was-used", RepoTags: []string{"u:1"}, Size: 10},
+			{Id: "running", RepoTags: []string{"r:1"}, Size: 10},
+		},
+		ctrs: []*runtimeapi.Container{
+			{Image: &runtimeapi.ImageSpec{Image: "r:1"}, ImageRef: "running"},
+			{Image: &runtimeapi.ImageSpec{Image: "u:1"}, ImageRef: "was-used"},
+		},
+	}
+	m := New(rt, Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MaxAge: time.Hour}, clk, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.usage = func(context.Context) (Usage, error) { return Usage{Capacity: 100, Used: 1}, nil }
+	collect := func() {
+		t.Helper()
+		if _, err := m.Collect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect()
+	clk.Step(40 * time.Minute)
+	collect()
+	rt.ctrs = rt.ctrs[:1] // was-used's container is gone, last seen at 40 minutes
+	collect()
+	rt.images = append(rt.images, &runtimeapi.Image{Id: "new", RepoTags: []string{"new:1"}, Size: 10})
+	collect()
+	if len(rt.removed) > 0 {
+		t.Fatalf("removed %v within the maximum age", rt.removed)
+	}
+	clk.Step(21 * time.Minute) // idle: 61 minutes unused; was-used: 21; new: 21
+	collect()
+	if !slices.Equal(rt.removed, []string{"idle"}) {
+		t.Errorf("removed %v, want only idle", rt.removed)
+	}
+}

@@ -211,7 +211,11 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	}
 	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
 	start := w.m.o.Clock.Now()
-	if _, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg}); err != nil {
+	err = w.m.pullLimits.do(ctx, func() error {
+		_, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg})
+		return err
+	})
+	if err != nil {
 		w.m.pulls.Next(key, w.m.o.Clock.Now())
 		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
 		w.setWaiting(c.Name, "ErrImagePull", msg)

@@ -115,6 +115,9 @@ type Options struct {
 	Cgroups Cgroups
 	// NodeHostsFile is the node's hosts file, which host-network pods see; "" is /etc/hosts.
 	NodeHostsFile string
+	// PullLimits hold image pulls to the configuration's rate and parallelism; the zero
+	// value limits nothing.
+	PullLimits PullLimits
 }
 
 // Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).
@@ -138,16 +141,17 @@ type Cgroups interface {
 
 // Manager owns the workers.
 type Manager struct {
-	o        Options
-	journal  startJournal
-	backoff  *flowcontrol.Backoff
-	pulls    *flowcontrol.Backoff
-	metrics  *metrics
-	ctx      context.Context
-	mu       sync.Mutex
-	workers  map[types.UID]*worker
-	stopping bool
-	wg       sync.WaitGroup
+	o          Options
+	journal    startJournal
+	backoff    *flowcontrol.Backoff
+	pulls      *flowcontrol.Backoff
+	pullLimits *pullLimiter
+	metrics    *metrics
+	ctx        context.Context
+	mu         sync.Mutex
+	workers    map[types.UID]*worker
+	stopping   bool
+	wg         sync.WaitGroup
 }
 
 // NewManager returns a manager; Run starts it.
@@ -159,12 +163,13 @@ func NewManager(o Options) *Manager {
 		o.Resync = time.Minute
 	}
 	return &Manager{
-		o:       o,
-		journal: startJournal{dir: filepathJoin(o.StateDir, "starting")},
-		backoff: flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
-		pulls:   flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
-		metrics: newMetrics(o.Registry),
-		workers: map[types.UID]*worker{},
+		o:          o,
+		journal:    startJournal{dir: filepathJoin(o.StateDir, "starting")},
+		backoff:    flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
+		pulls:      flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
+		pullLimits: newPullLimiter(o.PullLimits),
+		metrics:    newMetrics(o.Registry),
+		workers:    map[types.UID]*worker{},
 	}
 }
 
