@@ -57,6 +57,15 @@ func TestBadConfigAtStartExits2(t *testing.T) {
 				"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 150\n")
 			return nil
 		}, []string{"90-bad.conf", "imageGCHighThresholdPercent"}},
+		{"a field unitlet does not support", func(t *testing.T, n *node) []string {
+			n.write(t, filepath.Join(n.configDir, "50-cpu.conf"),
+				"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\n")
+			return nil
+		}, []string{"50-cpu.conf", "cpuManagerPolicy", "not supported", "no CPU manager"}},
+		{"a feature gate unitlet does not know", func(t *testing.T, n *node) []string {
+			n.write(t, n.config, goodConfig+"featureGates: {NoSuchGate: true}\n")
+			return nil
+		}, []string{"config.yaml", "featureGates[NoSuchGate]"}},
 		{"bad flag value", func(t *testing.T, n *node) []string {
 			return []string{"--node-ip=not-an-ip"}
 		}, []string{"--node-ip", "not-an-ip"}},
@@ -185,6 +194,30 @@ func TestReloadKeepsLastKnownGood(t *testing.T) {
 	}
 }
 
+// TestCgroupV1IsRefusedUnlessAllowed: with failCgroupV1 at the kubelet's default (true),
+// unitlet-config refuses a cgroup v1 host as the kubelet does; these machines are v1.
+func TestCgroupV1IsRefusedUnlessAllowed(t *testing.T) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/sys/fs/cgroup", &st); err != nil {
+		t.Fatal(err)
+	}
+	const cgroup2Magic = 0x63677270
+	n := newNode(t)
+	n.write(t, n.config, strings.Replace(goodConfig, "failCgroupV1: false\n", "", 1))
+	p := start(t, binary(t, "unitlet-config"), n.args(), n.env())
+	if st.Type == cgroup2Magic {
+		// A cgroup v2 host: the default loads.
+		waitSocket(t, p, n.socket())
+		return
+	}
+	if code := p.exitCode(t, 20*time.Second); code != 2 {
+		t.Fatalf("exit code %d on a cgroup v1 host, want 2; output:\n%s", code, p.log())
+	}
+	if out := p.log(); !strings.Contains(out, "failCgroupV1: this host uses cgroup v1") || !strings.Contains(out, "set failCgroupV1: false") {
+		t.Errorf("stderr %q: want the refusal naming failCgroupV1 and the fix", out)
+	}
+}
+
 // TestGenerationSurvivesRestart: the same inputs give the same generation after a restart;
 // a change gives the next one.
 func TestGenerationSurvivesRestart(t *testing.T) {
@@ -205,7 +238,7 @@ func TestGenerationSurvivesRestart(t *testing.T) {
 	if again := gen(); again != first {
 		t.Fatalf("same inputs after a restart: generation %d, want %d", again, first)
 	}
-	n.write(t, n.config, goodConfig+"maxOpenFiles: 4096\n")
+	n.write(t, n.config, goodConfig+"podsPerCore: 50\n")
 	if next := gen(); next != first+1 {
 		t.Fatalf("changed inputs after a restart: generation %d, want %d", next, first+1)
 	}
@@ -262,7 +295,7 @@ func TestRestartWithBrokenFileServesTheLastGood(t *testing.T) {
 		t.Errorf("unitletctl status config:\n%s\nwant it degraded, with the error", out)
 	}
 
-	n.write(t, n.config, goodConfig+"maxOpenFiles: 4096\n")
+	n.write(t, n.config, goodConfig+"podsPerCore: 50\n")
 	waitFor(t, 30*time.Second, "the fixed file loaded", func() (bool, string) {
 		st := reloadStatus(t, conn)
 		return st.GetLastReloadSuccessful() && getConfig(t, conn).GetGeneration() == good.GetGeneration()+1, st.String()

@@ -27,6 +27,9 @@ const goodConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 maxPods: 42
 clusterDomain: cluster.local
+# These machines have cgroup v1, and their swap is not the tests' to change.
+failCgroupV1: false
+failSwapOn: false
 `
 
 // node is a scratch node: config file, drop-in dir, root dir and socket dir.

@@ -253,6 +253,11 @@ failCgroupV1: false
 	if endpoint != "" {
 		cfg += "containerRuntimeEndpoint: " + endpoint + "\n"
 	}
+	if n.Backend != "vm" {
+		// Host processes and nspawn machines share the host's kernel: its swap is not the
+		// tests' to change (the vm has none, and keeps unitlet's default).
+		cfg += "failSwapOn: false\n"
+	}
 	if n.ServerTLSBootstrap {
 		cfg += "serverTLSBootstrap: true\n"
 	}

@@ -30,11 +30,16 @@ type hostEnv struct {
 	defaultIPv4 func() (netip.Addr, error)
 	// sysctl reads a kernel tunable by its /proc/sys name ("vm/overcommit_memory").
 	sysctl func(name string) (int, error)
+	// swaps lists the active swap areas; cgroupV2 tells the cgroup version.
+	swaps    func() ([]string, error)
+	cgroupV2 func() (bool, error)
 }
 
 var realHost = hostEnv{
 	hostname: os.Hostname,
 	sysctl:   sysctl.New().GetSysctl,
+	swaps:    activeSwaps,
+	cgroupV2: unifiedCgroups,
 	defaultIPv4: func() (netip.Addr, error) {
 		ip, err := utilnet.ChooseHostInterface()
 		if err != nil {

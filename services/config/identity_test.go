@@ -20,7 +20,9 @@ func fakeHost(hostname string, ip string) hostEnv {
 			}
 			return netip.MustParseAddr(ip), nil
 		},
-		sysctl: func(name string) (int, error) { return kernelDefaults[name], nil },
+		sysctl:   func(name string) (int, error) { return kernelDefaults[name], nil },
+		swaps:    func() ([]string, error) { return nil, nil },
+		cgroupV2: func() (bool, error) { return true, nil },
 	}
 }
 

@@ -27,7 +27,7 @@ func TestStartWithBrokenFilesServesTheLastGood(t *testing.T) {
 		t.Errorf("status %v: want the failure named and the last good generation", st)
 	}
 	// Fixed: it loads as a reload does, the next generation.
-	f.write(t, "config.yaml", baseConfig+"maxOpenFiles: 4096\n")
+	f.write(t, "config.yaml", baseConfig+"podsPerCore: 50\n")
 	if err := s.Reload(TriggerSignal); err != nil || s.Current().Generation != good.Generation+1 || !s.Status().LastReloadSuccessful {
 		t.Errorf("reload after the fix: %v, generation %d", err, s.Current().Generation)
 	}

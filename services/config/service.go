@@ -222,7 +222,10 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 		return nil, nil, err
 	}
 	warnings = append(warnings, kernel...)
-	warnings = append(warnings, kubeletconfig.NotApplied(res.Config)...)
+	if err := checkHost(s.host, res.Config); err != nil {
+		return nil, nil, err
+	}
+	warnings = append(warnings, kubeletconfig.Irrelevant(res.Config)...)
 	cfg := &configv1.NodeConfig{
 		KubeletConfiguration: res.JSON,
 		Node:                 node,

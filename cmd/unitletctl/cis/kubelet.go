@@ -115,7 +115,7 @@ func iptablesUtilChains(n *Node) (Result, string, []string) {
 		return Fail, noConfig, nil
 	}
 	ev := []string{"makeIPTablesUtilChains: " + boolPtr(n.Config.MakeIPTablesUtilChains)}
-	return NotApplicable, "unitlet makes no iptables chains: makeIPTablesUtilChains is not applied (accepted and warned about when set), and nothing on the node depends on the kubelet's KUBE-* utility chains", ev
+	return NotApplicable, "unitlet makes no iptables chains: makeIPTablesUtilChains is not supported (true, the default, and false load; unitlet makes none either way), and nothing on the node depends on the kubelet's KUBE-* utility chains", ev
 }
 
 // hostnameOverrideFlag is the flag 4.2.7 is about, as unitlet-config's flag and variable.

@@ -219,6 +219,7 @@ const (
 	gateKubeletEnsureSecretPulledImages        = "KubeletEnsureSecretPulledImages"
 	gateMemoryQoS                              = "MemoryQoS"
 	gateNodeLogQuery                           = "NodeLogQuery"
+	gateHostnameOverride                       = "HostnameOverride"
 )
 
 // gate is a feature gate's state in kubelet v1.36: its default, and whether it is locked
@@ -237,6 +238,7 @@ func knownGates() map[string]gate {
 		gateKubeletEnsureSecretPulledImages:        {def: true},
 		gateMemoryQoS:                              {def: false},
 		gateNodeLogQuery:                           {def: true, locked: true},
+		gateHostnameOverride:                       {def: true},
 	}
 }
 

@@ -191,7 +191,7 @@ func Load(file, dropInDir string, overrides ...Override) (*Result, error) {
 	if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
 		mergeDefaultEvictionHard(&kc)
 	}
-	if errs := Validate(&kc); len(errs) > 0 {
+	if errs := append(Validate(&kc), Unsupported(&kc)...); len(errs) > 0 {
 		first := errs[0]
 		msg := first.ErrorBody()
 		switch n := len(errs) - 1; n {

@@ -286,11 +286,11 @@ func TestValidationBlamesTheInputThatSetTheField(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	dir := t.TempDir()
-	file := write(t, dir, "config.yaml", header+"maxPods: 10\nclusterDomain: file.local\nfeatureGates:\n  A: true\n")
+	file := write(t, dir, "config.yaml", header+"maxPods: 10\nclusterDomain: file.local\nfeatureGates:\n  HostnameOverride: true\n")
 	d := filepath.Join(dir, "d")
 	write(t, d, "10.conf", header+"maxPods: 20\nclusterDomain: dropin.local\n")
 	env := Override{Kind: SourceEnvironment, Name: "UNITLET_MAX_PODS,UNITLET_CLUSTER_DNS", Patch: map[string]any{"maxPods": 30, "clusterDNS": []string{"10.0.0.10"}}}
-	flags := Override{Kind: SourceFlags, Name: "--max-pods", Patch: map[string]any{"maxPods": int32(40), "featureGates": map[string]bool{"B": false}}}
+	flags := Override{Kind: SourceFlags, Name: "--max-pods", Patch: map[string]any{"maxPods": int32(40), "featureGates": map[string]bool{"CustomCPUCFSQuotaPeriod": false}}}
 
 	res, err := Load(file, d, env, flags)
 	if err != nil {
@@ -300,7 +300,7 @@ func TestOverrides(t *testing.T) {
 	if c.MaxPods != 40 || c.ClusterDomain != "dropin.local" || !slices.Equal(c.ClusterDNS, []string{"10.0.0.10"}) {
 		t.Errorf("maxPods %d clusterDomain %q clusterDNS %v", c.MaxPods, c.ClusterDomain, c.ClusterDNS)
 	}
-	if want := map[string]bool{"A": true, "B": false}; !maps.Equal(c.FeatureGates, want) {
+	if want := map[string]bool{"HostnameOverride": true, "CustomCPUCFSQuotaPeriod": false}; !maps.Equal(c.FeatureGates, want) {
 		t.Errorf("featureGates %v, want %v merged", c.FeatureGates, want)
 	}
 	if got := res.Sources[len(res.Sources)-2:]; got[0] != (Source{Kind: SourceEnvironment, Name: env.Name}) || got[1] != (Source{Kind: SourceFlags, Name: "--max-pods"}) {
@@ -467,7 +467,7 @@ func TestJSONInputIsAccepted(t *testing.T) {
 
 func TestResultIsDeterministic(t *testing.T) {
 	content := header + `maxPods: 7
-featureGates: {B: true, A: false, C: true}
+featureGates: {HostnameOverride: true, GracefulNodeShutdown: false, CustomCPUCFSQuotaPeriod: true}
 evictionHard: {pid.available: 10%, memory.available: 1Gi, nodefs.available: 5%}
 kubeReserved: {memory: 1Gi, cpu: 500m}
 registerWithTaints: [{key: b, effect: NoSchedule}, {key: a, effect: NoExecute}]

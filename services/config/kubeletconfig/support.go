@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
 // Field support: every KubeletConfiguration field is applied by a service, refused unless
-// it has unitlet's value (Validate), or not applied yet. The README's field table lists the
-// same (TestFieldSupportIsComplete keeps the two and the type in step).
+// it has unitlet's value (Validate), or not supported: refused at load unless it holds a
+// value unitlet honours (Unsupported). The README's field table lists the same
+// (TestFieldSupportIsComplete keeps the two and the type in step).
 
 // appliedBy are the fields a service applies, and which.
 var appliedBy = map[string]string{
@@ -75,87 +79,162 @@ var appliedBy = map[string]string{
 	"systemReservedCgroup":             "podsync (enforceNodeAllocatable system-reserved)",
 	"kubeReservedCgroup":               "podsync (enforceNodeAllocatable kube-reserved)",
 	"reservedSystemCPUs":               "status (node allocatable), podsync (the kubepods cgroup's CPU); no CPU pinning",
+	"registryPullQPS":                  "podsync: image pulls",
+	"registryBurst":                    "podsync: image pulls",
+	"serializeImagePulls":              "podsync: image pulls",
+	"maxParallelImagePulls":            "podsync: image pulls",
+	"imageMaximumGCAge":                "podsync: image garbage collection",
+	"contentType":                      "every service's API client",
+	"runtimeRequestTimeout":            "every service's CRI client",
+	"imageServiceEndpoint":             "every service's CRI client",
+	"failSwapOn":                       "config: refused to start with swap on",
+	"failCgroupV1":                     "config: refused to start on cgroup v1",
+	"singleProcessOOMKill":             "podsync: memory.oom.group on cgroup v2",
+	"enableDebuggingHandlers":          "status: exec, attach, port forwarding, run and container logs on the node API",
+	"healthzPort":                      "status: /healthz over plain HTTP",
+	"healthzBindAddress":               "status: /healthz over plain HTTP",
+	"featureGates":                     "config: a gate other than its default is refused unless unitlet follows it",
 }
 
-// refusedUnlessDefault are the fields Validate refuses unless they hold unitlet's value.
-var refusedUnlessDefault = []string{"readOnlyPort", "rotateCertificates", "oomScoreAdj"}
+// refusedUnlessDefault are the fields Validate refuses unless they hold unitlet's value,
+// each with a message of its own there.
+var refusedUnlessDefault = []string{"readOnlyPort", "rotateCertificates", "oomScoreAdj", "runOnce"}
 
-// notApplied are the fields no service applies yet: a value other than the kubelet's
-// default is reported at every load (NotApplied), never silently dropped.
-var notApplied = []string{
-	"enableServer",
-	"registryPullQPS",
-	"registryBurst",
-	"imagePullCredentialsVerificationPolicy",
-	"preloadedImagesVerificationAllowlist",
-	"enableDebuggingHandlers",
-	"enableContentionProfiling",
-	"healthzPort",
-	"healthzBindAddress",
-	"imageMaximumGCAge",
-	"volumeStatsAggPeriod",
-	"kubeletCgroups",
-	"systemCgroups",
-	"cpuManagerPolicy",
-	"singleProcessOOMKill",
-	"cpuManagerPolicyOptions",
-	"cpuManagerReconcilePeriod",
-	"memoryManagerPolicy",
-	"topologyManagerPolicy",
-	"topologyManagerScope",
-	"topologyManagerPolicyOptions",
-	"qosReserved",
-	"runtimeRequestTimeout",
-	"hairpinMode",
-	"podCIDR",
-	"runOnce",
-	"cpuCFSQuota",
-	"cpuCFSQuotaPeriod",
-	"maxOpenFiles",
-	"contentType",
-	"serializeImagePulls",
-	"maxParallelImagePulls",
-	"makeIPTablesUtilChains",
-	"iptablesMasqueradeBit",
-	"iptablesDropBit",
-	"featureGates",
-	"failSwapOn",
-	"memorySwap",
-	"containerLogMaxSize",
-	"containerLogMaxFiles",
-	"containerLogMaxWorkers",
-	"containerLogMonitorInterval",
-	"configMapAndSecretChangeDetectionStrategy",
-	"showHiddenMetricsForVersion",
-	"volumePluginDir",
-	"logging",
-	"enableSystemLogHandler",
-	"enableSystemLogQuery",
-	"shutdownGracePeriod",
-	"shutdownGracePeriodCriticalPods",
-	"shutdownGracePeriodByPodPriority",
-	"crashLoopBackOff",
-	"reservedMemory",
-	"enableProfilingHandler",
-	"enableDebugFlagsHandler",
-	"memoryThrottlingFactor",
-	"memoryReservationPolicy",
-	"tracing",
-	"imageServiceEndpoint",
-	"failCgroupV1",
-	"userNamespaces",
+// unsupported is a field no service applies: a value other than the kubelet's default (or
+// unitlet's own behaviour, accept) is refused at load, saying why.
+type unsupported struct {
+	why    string
+	accept []string // JSON values accepted besides the kubelet's default
 }
 
-// NotApplied names the not-applied fields of c that differ from the kubelet's defaults,
-// each as a warning for the log.
-func NotApplied(c *v1beta1.KubeletConfiguration) []string {
+// notSupported are the fields unitlet does not apply. A configuration that sets one to a
+// value unitlet would not honour does not load: the error names the field and says why.
+var notSupported = map[string]unsupported{
+	"enableServer":                              {why: "unitlet-status always serves the node API (logs, exec and metrics go through it)"},
+	"imagePullCredentialsVerificationPolicy":    {why: "unitlet does not verify the credentials of images pulled before"},
+	"preloadedImagesVerificationAllowlist":      {why: "unitlet does not verify the credentials of images pulled before"},
+	"enableContentionProfiling":                 {why: "unitlet serves no profiling handlers"},
+	"enableProfilingHandler":                    {why: "unitlet serves no /debug/pprof handler on the node API", accept: []string{"false"}},
+	"enableDebugFlagsHandler":                   {why: "unitlet serves no /debug/flags/v handler on the node API", accept: []string{"false"}},
+	"enableSystemLogHandler":                    {why: "unitlet serves no /logs/ handler on the node API", accept: []string{"false"}},
+	"enableSystemLogQuery":                      {why: "unitlet serves no /logs/ handler on the node API"},
+	"volumeStatsAggPeriod":                      {why: "unitlet-volumes measures volumes on its own schedule"},
+	"kubeletCgroups":                            {why: "each service runs in its systemd unit's cgroup; move units with Slice= in a drop-in"},
+	"systemCgroups":                             {why: "unitlet moves no system processes; systemd places them"},
+	"cpuManagerPolicy":                          {why: "unitlet has no CPU manager: containers are not pinned to CPUs"},
+	"cpuManagerPolicyOptions":                   {why: "unitlet has no CPU manager"},
+	"cpuManagerReconcilePeriod":                 {why: "unitlet has no CPU manager"},
+	"memoryManagerPolicy":                       {why: "unitlet has no memory manager"},
+	"reservedMemory":                            {why: "unitlet has no memory manager"},
+	"topologyManagerPolicy":                     {why: "unitlet has no topology manager"},
+	"topologyManagerScope":                      {why: "unitlet has no topology manager"},
+	"topologyManagerPolicyOptions":              {why: "unitlet has no topology manager"},
+	"qosReserved":                               {why: "the QoS cgroups get no memory reservations (the kubelet's alpha QOSReserved)"},
+	"podCIDR":                                   {why: "unitlet passes no pod CIDR to the runtime; the CNI configuration assigns pod addresses"},
+	"cpuCFSQuota":                               {why: "CPU limits are always enforced with CFS quota"},
+	"cpuCFSQuotaPeriod":                         {why: "the CFS quota period is always 100ms"},
+	"maxOpenFiles":                              {why: "each service's open file limit is its unit's LimitNOFILE=; change it with a drop-in"},
+	"makeIPTablesUtilChains":                    {why: "unitlet makes no iptables chains (the kubelet's KUBE-IPTABLES-HINT and KUBE-FIREWALL)", accept: []string{"false"}},
+	"iptablesMasqueradeBit":                     {why: "unitlet makes no iptables chains"},
+	"iptablesDropBit":                           {why: "unitlet makes no iptables chains"},
+	"memorySwap":                                {why: "containers get no swap (the kubelet's NoSwap)"},
+	"configMapAndSecretChangeDetectionStrategy": {why: "unitlet-volumes always watches the configMaps and secrets its pods use"},
+	"showHiddenMetricsForVersion":               {why: "unitlet has no hidden metrics"},
+	"logging":                                   {why: "each service logs text to the journal; set UNITLET_LOG_LEVEL in its unit to change the level"},
+	"shutdownGracePeriod":                       {why: "graceful node shutdown is not implemented yet: pods are not stopped before the machine shuts down"},
+	"shutdownGracePeriodCriticalPods":           {why: "graceful node shutdown is not implemented yet"},
+	"shutdownGracePeriodByPodPriority":          {why: "graceful node shutdown is not implemented yet"},
+	"crashLoopBackOff":                          {why: "the crash loop back-off is the kubelet's default (10s doubling to 5m)"},
+	"memoryThrottlingFactor":                    {why: "unitlet does not set memory.high (the kubelet's alpha MemoryQoS)"},
+	"memoryReservationPolicy":                   {why: "unitlet does not set memory.min (the kubelet's alpha MemoryQoS)"},
+	"tracing":                                   {why: "unitlet exports no traces"},
+	"userNamespaces":                            {why: "pods with hostUsers: false are refused"},
+	"containerLogMaxSize":                       {why: "container logs are not rotated yet"},
+	"containerLogMaxFiles":                      {why: "container logs are not rotated yet"},
+	"containerLogMaxWorkers":                    {why: "container logs are not rotated yet"},
+	"containerLogMonitorInterval":               {why: "container logs are not rotated yet"},
+}
+
+// irrelevant are the fields that change nothing on a unitlet node, and why: any valid
+// value loads, and one other than the default is logged at each load (Irrelevant).
+var irrelevant = map[string]string{
+	"hairpinMode":     "the kubelet v1.36 does not use it either: the CNI configuration sets hairpin mode",
+	"volumePluginDir": "unitlet runs no FlexVolume plugins: a pod with a flexVolume fails at volume set-up",
+}
+
+// Irrelevant names the fields of c that hold a value other than the default and change
+// nothing on a unitlet node, each as a line for the log.
+func Irrelevant(c *v1beta1.KubeletConfiguration) []string {
 	var def v1beta1.KubeletConfiguration
 	Default(&def)
 	got, want := jsonFields(c), jsonFields(&def)
 	var out []string
-	for _, f := range notApplied {
-		if !reflect.DeepEqual(got[f], want[f]) {
-			out = append(out, fmt.Sprintf("%s is set to %s, but unitlet does not apply it yet: the node behaves as with the kubelet's default (see the README's field table)", f, got[f]))
+	for _, name := range jsonNamesOf(c) {
+		if why, ok := irrelevant[name]; ok && !reflect.DeepEqual(got[name], want[name]) {
+			out = append(out, fmt.Sprintf("%s is set to %s, which changes nothing on a unitlet node: %s", name, got[name], why))
+		}
+	}
+	return out
+}
+
+// gatesFollowed are the feature gates unitlet honours at either value: each only decides
+// what unitlet does anyway (a field it refuses or does not use) or what it follows
+// (HostnameOverride). Any other gate must hold the kubelet's default.
+var gatesFollowed = []string{
+	gateCustomCPUCFSQuotaPeriod,                // off: cpuCFSQuotaPeriod stays 100ms, as unitlet's
+	gateRotateKubeletServerCertificate,         // off: serverTLSBootstrap is refused
+	gateGracefulNodeShutdown,                   // off: no shutdown handling, as unitlet's
+	gateGracefulNodeShutdownBasedOnPodPriority, // likewise
+	gateKubeletCrashLoopBackOffMax,             // off: crashLoopBackOff is refused
+	gateKubeletEnsureSecretPulledImages,        // off: no pulled-image verification, as unitlet's
+	gateHostnameOverride,                       // podsync follows it
+}
+
+// Unsupported refuses the fields of c unitlet does not apply that hold a value it would
+// not honour, and the feature gates it would not follow, naming each and why. A field is
+// compared with the kubelet's default under c's feature gates.
+func Unsupported(c *v1beta1.KubeletConfiguration) field.ErrorList {
+	def := v1beta1.KubeletConfiguration{FeatureGates: c.FeatureGates}
+	Default(&def)
+	got, want := jsonFields(c), jsonFields(&def)
+	var errs field.ErrorList
+	known := knownGates()
+	for _, name := range sortedKeys(c.FeatureGates) {
+		g, ok := known[name]
+		p := field.NewPath("featureGates").Key(name)
+		switch {
+		case !ok:
+			errs = append(errs, field.Forbidden(p, fmt.Sprintf("unitlet does not know this feature gate, so it cannot follow it; remove it (the gates unitlet knows: %s)", strings.Join(sortedKeys(known), ", "))))
+		case c.FeatureGates[name] != g.def && !slices.Contains(gatesFollowed, name):
+			errs = append(errs, field.Forbidden(p, fmt.Sprintf("%t is not supported: unitlet does not implement the feature's %s state; remove the gate or set it to %t", c.FeatureGates[name], onOff(c.FeatureGates[name]), g.def)))
+		}
+	}
+	for _, name := range jsonNamesOf(c) {
+		u, ok := notSupported[name]
+		if !ok || reflect.DeepEqual(got[name], want[name]) || slices.Contains(u.accept, string(got[name])) {
+			continue
+		}
+		errs = append(errs, field.Forbidden(field.NewPath(name), fmt.Sprintf("%s is not supported: %s; remove the field or set it to %s", got[name], u.why, acceptable(want[name], u.accept))))
+	}
+	return errs
+}
+
+// acceptable lists the values an unsupported field may hold, for its error.
+func acceptable(def json.RawMessage, accept []string) string {
+	vals := []string{string(def)}
+	if def == nil {
+		vals = []string{"null"}
+	}
+	return strings.Join(append(vals, accept...), " or ")
+}
+
+// jsonNamesOf are the JSON names of the fields of c's type, in the type's order.
+func jsonNamesOf(c *v1beta1.KubeletConfiguration) []string {
+	var out []string
+	t := reflect.TypeOf(*c)
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -173,4 +252,11 @@ func jsonFields(c *v1beta1.KubeletConfiguration) map[string]json.RawMessage {
 		m[k] = norm
 	}
 	return m
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

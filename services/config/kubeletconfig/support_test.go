@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
-	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 )
 
 // jsonNames are the KubeletConfiguration's fields by JSON name, in the type's order.
@@ -35,13 +36,14 @@ func TestFieldSupportIsComplete(t *testing.T) {
 	}
 	for _, name := range jsonNames() {
 		classes := 0
-		for _, in := range []bool{appliedBy[name] != "", contains(refusedUnlessDefault, name), contains(notApplied, name)} {
+		_, unsupported := notSupported[name]
+		for _, in := range []bool{appliedBy[name] != "", contains(refusedUnlessDefault, name), unsupported, irrelevant[name] != ""} {
 			if in {
 				classes++
 			}
 		}
 		if classes != 1 {
-			t.Errorf("%s is in %d of appliedBy, refusedUnlessDefault and notApplied, want exactly one", name, classes)
+			t.Errorf("%s is in %d of appliedBy, refusedUnlessDefault, notSupported and irrelevant, want exactly one", name, classes)
 			continue
 		}
 		row := ""
@@ -57,33 +59,155 @@ func TestFieldSupportIsComplete(t *testing.T) {
 			t.Errorf("README.md: %q, want it applied by %s", row, appliedBy[name])
 		case contains(refusedUnlessDefault, name) && !strings.Contains(row, "refused"):
 			t.Errorf("README.md: %q, want it refused", row)
-		case contains(notApplied, name) && !strings.Contains(row, "not applied"):
-			t.Errorf("README.md: %q, want it not applied", row)
+		case unsupported && !strings.Contains(row, "not supported: "+notSupported[name].why):
+			t.Errorf("README.md: %q, want it not supported: %s", row, notSupported[name].why)
+		case irrelevant[name] != "" && !strings.Contains(row, "irrelevant: "+irrelevant[name]):
+			t.Errorf("README.md: %q, want it irrelevant: %s", row, irrelevant[name])
 		}
 	}
-	for _, list := range [][]string{refusedUnlessDefault, notApplied} {
-		for _, name := range list {
+	for _, name := range refusedUnlessDefault {
+		if !contains(jsonNames(), name) {
+			t.Errorf("%s is not a KubeletConfiguration field", name)
+		}
+	}
+	for _, m := range []map[string]string{appliedBy, whys(), irrelevant} {
+		for name := range m {
 			if !contains(jsonNames(), name) {
 				t.Errorf("%s is not a KubeletConfiguration field", name)
 			}
 		}
 	}
-	for name := range appliedBy {
-		if !contains(jsonNames(), name) {
-			t.Errorf("%s is not a KubeletConfiguration field", name)
+}
+
+func whys() map[string]string {
+	out := map[string]string{}
+	for name, u := range notSupported {
+		out[name] = u.why
+	}
+	return out
+}
+
+// unsupportedValues is a value unitlet would not honour for each field it does not apply.
+var unsupportedValues = map[string]string{
+	"enableServer":                              "false",
+	"imagePullCredentialsVerificationPolicy":    "AlwaysVerify",
+	"preloadedImagesVerificationAllowlist":      "[docker.io/library/busybox]",
+	"enableContentionProfiling":                 "true",
+	"enableProfilingHandler":                    "null", // nil: unitlet accepts true (the default) and false
+	"enableDebugFlagsHandler":                   "null",
+	"enableSystemLogHandler":                    "null",
+	"enableSystemLogQuery":                      "true",
+	"volumeStatsAggPeriod":                      "2m",
+	"kubeletCgroups":                            "/kubelet.slice",
+	"systemCgroups":                             "/system.slice",
+	"cpuManagerPolicy":                          "static",
+	"cpuManagerPolicyOptions":                   "{full-pcpus-only: \"true\"}",
+	"cpuManagerReconcilePeriod":                 "5s",
+	"memoryManagerPolicy":                       "Static",
+	"reservedMemory":                            "[{numaNode: 0, limits: {memory: 1Gi}}]",
+	"topologyManagerPolicy":                     "single-numa-node",
+	"topologyManagerScope":                      "pod",
+	"topologyManagerPolicyOptions":              "{prefer-closest-numa-nodes: \"true\"}",
+	"qosReserved":                               "{memory: 50%}",
+	"podCIDR":                                   "10.1.0.0/24",
+	"cpuCFSQuota":                               "false",
+	"cpuCFSQuotaPeriod":                         "50ms",
+	"maxOpenFiles":                              "4096",
+	"makeIPTablesUtilChains":                    "null",
+	"iptablesMasqueradeBit":                     "13",
+	"iptablesDropBit":                           "16",
+	"memorySwap":                                "{swapBehavior: LimitedSwap}",
+	"configMapAndSecretChangeDetectionStrategy": "Cache",
+	"showHiddenMetricsForVersion":               "\"1.35\"",
+	"logging":                                   "{format: json}",
+	"shutdownGracePeriod":                       "30s",
+	"shutdownGracePeriodCriticalPods":           "10s",
+	"shutdownGracePeriodByPodPriority":          "[{priority: 0, shutdownGracePeriodSeconds: 10}]",
+	"crashLoopBackOff":                          "{maxContainerRestartPeriod: 60s}",
+	"memoryThrottlingFactor":                    "0.5",
+	"memoryReservationPolicy":                   "TieredReservation",
+	"tracing":                                   "{endpoint: localhost:4317}",
+	"userNamespaces":                            "{idsPerPod: 131072}",
+	"containerLogMaxSize":                       "1Mi",
+	"containerLogMaxFiles":                      "3",
+	"containerLogMaxWorkers":                    "2",
+	"containerLogMonitorInterval":               "20s",
+}
+
+// Each field unitlet does not apply is refused with a value it would not honour, naming
+// the field and why; the values unitlet accepts besides the default pass.
+func TestUnsupportedFieldsAreRefused(t *testing.T) {
+	with := func(name, v string) *v1beta1.KubeletConfiguration {
+		c := loaded()
+		if err := yaml.UnmarshalStrict([]byte(name+": "+v), &c); err != nil {
+			t.Fatalf("%s: %s: %v", name, v, err)
 		}
+		return &c
+	}
+	for name, u := range notSupported {
+		v, ok := unsupportedValues[name]
+		if !ok {
+			t.Errorf("%s: no value in unsupportedValues to test its refusal with", name)
+			continue
+		}
+		if v != "null" { // a nil that defaulting fills: only its accepted values are tested
+			errs := Unsupported(with(name, v))
+			if len(errs) != 1 || errs[0].Field != name || !strings.Contains(errs[0].Detail, "is not supported: "+u.why) {
+				t.Errorf("%s: %s: %v, want one error naming the field, saying why", name, v, errs)
+			}
+		}
+		for _, v := range u.accept {
+			if errs := Unsupported(with(name, v)); len(errs) != 0 {
+				t.Errorf("%s: %s: %v, want it accepted", name, v, errs)
+			}
+		}
+	}
+	c := loaded()
+	if errs := Unsupported(&c); len(errs) != 0 {
+		t.Errorf("the defaults: %v", errs)
+	}
+
+	// Load refuses them, naming the file.
+	file := write(t, t.TempDir(), "config.yaml", header+"cpuManagerPolicy: static\n")
+	_, err := Load(file, "")
+	if e := asError(t, err); e.File != file || e.Field != "cpuManagerPolicy" || !strings.Contains(e.Msg, `"static" is not supported: unitlet has no CPU manager`) {
+		t.Errorf("cpuManagerPolicy: static: %v", err)
 	}
 }
 
-func TestNotAppliedFieldsAreReported(t *testing.T) {
+func TestIrrelevantFieldsAreLogged(t *testing.T) {
 	c := loaded()
-	if w := NotApplied(&c); len(w) != 0 {
-		t.Fatalf("the defaults: %q, want no warning", w)
+	if w := Irrelevant(&c); len(w) != 0 {
+		t.Fatalf("the defaults: %q, want nothing logged", w)
 	}
-	c.ContainerLogMaxFiles = ptr.To[int32](9) // not applied: log rotation is to come
-	c.MaxPods = 7                             // applied
-	w := NotApplied(&c)
-	if len(w) != 1 || !strings.HasPrefix(w[0], "containerLogMaxFiles is set to 9, but unitlet does not apply it yet") {
-		t.Errorf("warnings %q, want one naming containerLogMaxFiles", w)
+	c.HairpinMode = "hairpin-veth"
+	if w := Irrelevant(&c); len(w) != 1 || !strings.HasPrefix(w[0], `hairpinMode is set to "hairpin-veth", which changes nothing on a unitlet node`) {
+		t.Errorf("lines %q, want one naming hairpinMode", w)
+	}
+}
+
+// Feature gates: a gate unitlet does not know, or one it does not follow set away from its
+// default, is refused; the followed ones load at either value.
+func TestFeatureGatesAreFollowedOrRefused(t *testing.T) {
+	gates := func(g map[string]bool) field.ErrorList {
+		c := kc{FeatureGates: g} // defaulted under its gates, as Load does
+		Default(&c)
+		return Unsupported(&c)
+	}
+	if errs := gates(map[string]bool{"NoSuchGate": true}); len(errs) != 1 || errs[0].Field != "featureGates[NoSuchGate]" || !strings.Contains(errs[0].Detail, "does not know this feature gate") {
+		t.Errorf("an unknown gate: %v", errs)
+	}
+	if errs := gates(map[string]bool{"MemoryQoS": true}); len(errs) != 1 || !strings.Contains(errs[0].Detail, "true is not supported") {
+		t.Errorf("MemoryQoS on: %v, want it refused", errs)
+	}
+	for _, name := range gatesFollowed {
+		for _, on := range []bool{true, false} {
+			if errs := gates(map[string]bool{name: on}); len(errs) != 0 {
+				t.Errorf("%s=%t: %v, want it accepted", name, on, errs)
+			}
+		}
+	}
+	if errs := gates(map[string]bool{"MemoryQoS": false}); len(errs) != 0 {
+		t.Errorf("MemoryQoS at its default: %v", errs)
 	}
 }
