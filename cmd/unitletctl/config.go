@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 )
 
@@ -93,6 +94,7 @@ func configCmd(ctx context.Context, g globals) error {
 			stamp(r.GetLastAttemptTime().AsTime()), r.GetTrigger(), r.GetLastError(), c.GetGeneration(), stamp(r.GetLastSuccessTime().AsTime()))
 	}
 	b.WriteString(bootstrapLine(boot.GetStatus(), bootErr))
+	b.WriteString(generationsLine(ctx, g, c.GetGeneration()))
 	b.Write(y)
 	_, err = fmt.Fprint(g.stdout, b.String())
 	return err
@@ -141,6 +143,31 @@ func bootstrapCmd(ctx context.Context, g globals) error {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}
 	return tw.Flush()
+}
+
+// generationsLine is the "# services:" line: the generation each other service runs, and
+// those waiting for a restart to take a newer one.
+func generationsLine(ctx context.Context, g globals, serving uint64) string {
+	var parts []string
+	for _, svc := range bus.Services {
+		if svc == "config" {
+			continue
+		}
+		st := probe(ctx, g, svc)
+		switch {
+		case !st.Reachable:
+			parts = append(parts, svc+" not running")
+		case st.ConfigGeneration == 0:
+			parts = append(parts, svc+" (does not report it)")
+		case st.PendingConfigGeneration != 0:
+			parts = append(parts, fmt.Sprintf("%s %d (%d after a restart of unitlet-%s: %s)", svc, st.ConfigGeneration, st.PendingConfigGeneration, svc, strings.Join(st.PendingConfigFields, ", ")))
+		case st.ConfigGeneration != serving:
+			parts = append(parts, fmt.Sprintf("%s %d (has not taken %d yet)", svc, st.ConfigGeneration, serving))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d", svc, st.ConfigGeneration))
+		}
+	}
+	return "# services' generations: " + strings.Join(parts, ", ") + "\n"
 }
 
 // bootstrapLine is the "# TLS bootstrap:" line: the state, and what to know about it.

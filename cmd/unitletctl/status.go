@@ -30,8 +30,25 @@ type serviceStatus struct {
 	Activated     bool       `json:"socketActivated"`
 	// Degraded: serving, but not as configured (unitlet-config's last load failed and
 	// an earlier configuration stays in effect).
-	Degraded bool   `json:"degraded,omitempty"`
-	Error    string `json:"error,omitempty"`
+	Degraded bool `json:"degraded,omitempty"`
+	// ConfigGeneration is the node configuration the service runs (unitlet-config: the
+	// one it serves); PendingConfigGeneration a newer one it applies only after a restart.
+	ConfigGeneration        uint64   `json:"configGeneration,omitempty"`
+	PendingConfigGeneration uint64   `json:"pendingConfigGeneration,omitempty"`
+	PendingConfigFields     []string `json:"pendingConfigFields,omitempty"`
+	Error                   string   `json:"error,omitempty"`
+}
+
+// configColumn is the CONFIG column: the generation, and one waiting for a restart.
+func (s serviceStatus) configColumn() string {
+	switch {
+	case s.ConfigGeneration == 0:
+		return "-"
+	case s.PendingConfigGeneration != 0:
+		return fmt.Sprintf("%d (%d after a restart: %s)", s.ConfigGeneration, s.PendingConfigGeneration, strings.Join(s.PendingConfigFields, ","))
+	default:
+		return fmt.Sprint(s.ConfigGeneration)
+	}
 }
 
 func (s serviceStatus) ok() bool { return s.Health == healthpb.HealthCheckResponse_SERVING.String() }
@@ -65,7 +82,7 @@ func statusCmd(ctx context.Context, g globals, names []string) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SERVICE\tSOCKET\tREACHABLE\tHEALTH\tVERSION\tPID\tUPTIME\tNOTE")
+		fmt.Fprintln(tw, "SERVICE\tSOCKET\tREACHABLE\tHEALTH\tVERSION\tPID\tUPTIME\tCONFIG\tNOTE")
 		for _, r := range rows {
 			sock, reach, pid, up := "missing", "no", "-", "-"
 			if r.SocketPresent {
@@ -80,7 +97,7 @@ func statusCmd(ctx context.Context, g globals, names []string) error {
 			if r.StartTime != nil {
 				up = time.Since(*r.StartTime).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "unitlet-%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, sock, reach, r.Health, dash(r.Version), pid, up, r.Error)
+			fmt.Fprintf(tw, "unitlet-%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, sock, reach, r.Health, dash(r.Version), pid, up, r.configColumn(), r.Error)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -135,6 +152,7 @@ func probe(ctx context.Context, g globals, service string) serviceStatus {
 		return st
 	}
 	st.Version, st.PID, st.Activated = info.GetVersion(), info.GetPid(), info.GetSocketActivated()
+	st.ConfigGeneration, st.PendingConfigGeneration, st.PendingConfigFields = info.GetConfigGeneration(), info.GetPendingConfigGeneration(), info.GetPendingConfigFields()
 	if info.GetStartTime() != nil {
 		t := info.GetStartTime().AsTime()
 		st.StartTime = &t
@@ -143,7 +161,11 @@ func probe(ctx context.Context, g globals, service string) serviceStatus {
 		st.Error = "its health check fails; see its log (journalctl -u unitlet-" + service + ")"
 	} else if service == "config" {
 		// Older unitlet-configs may not answer; the rest of the row stands without it.
-		if r, err := configv1.NewConfigServiceClient(conn).GetReloadStatus(ctx, &configv1.GetReloadStatusRequest{}); err == nil && !r.GetStatus().GetLastReloadSuccessful() && r.GetStatus().GetLastError() != "" {
+		r, err := configv1.NewConfigServiceClient(conn).GetReloadStatus(ctx, &configv1.GetReloadStatusRequest{})
+		if err == nil {
+			st.ConfigGeneration = r.GetStatus().GetGeneration()
+		}
+		if err == nil && !r.GetStatus().GetLastReloadSuccessful() && r.GetStatus().GetLastError() != "" {
 			st.Degraded = true
 			st.Error = fmt.Sprintf("degraded: the configuration did not load (%s); generation %d stays in effect", strings.ReplaceAll(r.GetStatus().GetLastError(), "\n", " "), r.GetStatus().GetGeneration())
 		}

@@ -321,4 +321,10 @@ func TestPodPidsLimitStopsAForkLoop(t *testing.T) {
 		t.Errorf("vm-fork-loop's container: %+v, want running with no restart", cs)
 	}
 	t.Logf("vm-fork-loop: %d processes in the pod (pids.max %d), %d forks refused", cur, vmPodPidsLimit, refused)
+	// On cgroup v2 the kernel kills a container's processes together on OOM
+	// (singleProcessOOMKill unset), as the kubelet asks.
+	out := stack.InNode(t, node, "sh", "-c", "cat $(find "+dir+" -path '*cri-containerd-*' -name memory.oom.group)")
+	if vals := strings.Fields(out); len(vals) == 0 || strings.Trim(strings.Join(vals, ""), "1") != "" {
+		t.Errorf("memory.oom.group of the pod's containers: %q, want 1 for each", out)
+	}
 }

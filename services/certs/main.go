@@ -95,5 +95,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Rotation: one loop per certificate; each renews at its deadline, on Rotate, and
 	// retries failures with backoff for as long as it takes.
 	d.Go("rotate", m.Run)
+	// A new configuration generation that changes what this service applies at start
+	// restarts it (systemd starts it again); other generations are taken as they come.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
 	return d.Run(ctx)
 }

@@ -14,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
-	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	"github.com/unitlet/unitlet/services/eviction/observe"
 	"github.com/unitlet/unitlet/services/eviction/policy"
-	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -107,7 +105,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		d.Go("memory notifications", func(ctx context.Context) error { return notifyMemory(ctx, src, m, log) })
 	}
 	// Reloads: a new generation of the configuration replaces the thresholds in place.
-	d.Go("config", func(ctx context.Context) error { return followConfig(ctx, cfg.SocketDir, nc.Generation, m, log) })
+	// The thresholds follow the configuration live; a change to anything else restarts
+	// the service.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, func(next *nodeconfig.Config) error {
+		c, err := policy.Parse(next.KubeletConfiguration)
+		if err != nil {
+			return err
+		}
+		log.Info("eviction thresholds reloaded", "generation", next.Generation, "thresholds", len(c.Thresholds))
+		m.SetConfig(c)
+		return nil
+	}, log))
 	return d.Run(ctx)
 }
 
@@ -129,42 +137,6 @@ func allocatableMemory(nc *nodeconfig.Config, rootDir string, log *slog.Logger) 
 		return 0
 	}
 	return q.Value()
-}
-
-// followConfig applies each new generation of the node configuration's thresholds. One
-// that does not parse keeps the thresholds in force, with a log line naming the field.
-func followConfig(ctx context.Context, socketDir string, after uint64, m *Manager, log *slog.Logger) error {
-	conn, err := bus.Dial(socketDir, "config")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	client := configv1.NewConfigServiceClient(conn)
-	open := func(ctx context.Context, after uint64) (bus.Stream[*configv1.WatchConfigResponse], error) {
-		return client.WatchConfig(ctx, &configv1.WatchConfigRequest{AfterGeneration: after})
-	}
-	err = bus.Resume(ctx, open,
-		func(r *configv1.WatchConfigResponse) uint64 { return r.GetConfig().GetGeneration() },
-		func(r *configv1.WatchConfigResponse) error {
-			nc, err := nodeconfig.Decode(r.GetConfig())
-			if err != nil {
-				log.Error("a new node configuration does not decode; the thresholds in force stay", "err", err)
-				return nil
-			}
-			cfg, err := policy.Parse(nc.KubeletConfiguration)
-			if err != nil {
-				log.Error("the new node configuration's eviction settings are invalid; the thresholds in force stay", "generation", nc.Generation, "err", err)
-				return nil
-			}
-			log.Info("eviction thresholds reloaded", "generation", nc.Generation, "thresholds", len(cfg.Thresholds))
-			m.SetConfig(cfg)
-			return nil
-		},
-		bus.ResumeOptions{After: after})
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }
 
 // notifyMemory wakes the manager when memory.available falls below the first memory

@@ -156,5 +156,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mirrors := mirrorpod.NewManager(client, nodeName, log.With("component", "mirror"))
 		d.Go("mirror pods", func(ctx context.Context) error { return svc.ReconcileMirrors(ctx, mirrors) })
 	}
+	// A new configuration generation that changes what this service applies at start
+	// restarts it (systemd starts it again); other generations are taken as they come.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
 	return d.Run(ctx)
 }

@@ -119,5 +119,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	statusv1.RegisterStatusServiceServer(d.Server(), NewServer(nc.Node.GetName(), api.Address(), node, pods))
+	// A new configuration generation that changes what this service applies at start
+	// restarts it (systemd starts it again); other generations are taken as they come.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
 	return d.Run(ctx)
 }

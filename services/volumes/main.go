@@ -93,5 +93,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, reconcilePeriod(kc)) })
 	// Usage: every volume's bytes and inodes.
 	d.Go("usage", func(ctx context.Context) error { return m.MeasureEvery(ctx, measureEvery) })
+	// A new configuration generation that changes what this service applies at start
+	// restarts it (systemd starts it again); other generations are taken as they come.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
 	return d.Run(ctx)
 }

@@ -60,6 +60,7 @@ type Daemon struct {
 	healthPeriod time.Duration
 	notify       func(state string) // sd_notify; replaceable in tests
 	activated    bool
+	config       ConfigState
 }
 
 type loop struct {

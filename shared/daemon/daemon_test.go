@@ -248,6 +248,8 @@ func TestExitCode(t *testing.T) {
 		fmt.Errorf("wrapped: %w", ConfigError(errors.New("x"))): ExitBadConfig,
 		// A file not there yet may come: systemd should try again.
 		ConfigError(fmt.Errorf("start: %w", notYet{})): ExitFailure,
+		// A restart asked for: systemd starts it again.
+		fmt.Errorf("configuration: %w", &RestartError{Reason: "generation 4 changes nodeStatusMaxImages"}): ExitOK,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("ExitCode(%v) = %d, want %d", err, got, want)

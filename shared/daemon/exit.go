@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"os"
 )
 
 // Exit codes of every unitlet binary. systemd units set RestartPreventExitStatus=2: a bad
@@ -41,11 +42,23 @@ func IsConfigError(err error) bool {
 	return errors.As(err, &ce)
 }
 
+// RestartError ends a service that must start again to apply something (a new node
+// configuration): the process stops as on SIGTERM and exits 0, and systemd's Restart=
+// starts it again.
+type RestartError struct{ Reason string }
+
+func (e *RestartError) Error() string { return "restarting: " + e.Reason }
+
+// Supervised reports whether systemd runs the process as a service (it sets
+// INVOCATION_ID), so that an exit is followed by a start.
+func Supervised() bool { return os.Getenv("INVOCATION_ID") != "" }
+
 // ExitCode maps the error a service's Run returned to the process's exit code. A stop
-// through cancellation is a clean exit.
+// through cancellation, or to restart, is a clean exit.
 func ExitCode(err error) int {
+	var restart *RestartError
 	switch {
-	case err == nil, errors.Is(err, context.Canceled):
+	case err == nil, errors.Is(err, context.Canceled), errors.As(err, &restart):
 		return ExitOK
 	case IsConfigError(err):
 		return ExitBadConfig

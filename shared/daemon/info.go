@@ -18,13 +18,41 @@ type infoServer struct {
 }
 
 func (s infoServer) GetInfo(context.Context, *daemonv1.GetInfoRequest) (*daemonv1.GetInfoResponse, error) {
+	cs := s.d.ConfigState()
 	return &daemonv1.GetInfoResponse{
-		Service:         s.d.opts.Service,
-		Version:         version.Version,
-		GitCommit:       version.Commit(),
-		GoVersion:       runtime.Version(),
-		Pid:             int32(os.Getpid()),
-		StartTime:       timestamppb.New(s.d.started),
-		SocketActivated: s.d.activated,
+		Service:                 s.d.opts.Service,
+		Version:                 version.Version,
+		GitCommit:               version.Commit(),
+		GoVersion:               runtime.Version(),
+		Pid:                     int32(os.Getpid()),
+		StartTime:               timestamppb.New(s.d.started),
+		SocketActivated:         s.d.activated,
+		ConfigGeneration:        cs.Generation,
+		PendingConfigGeneration: cs.Pending,
+		PendingConfigFields:     cs.PendingFields,
 	}, nil
+}
+
+// ConfigState is the node configuration a service runs, as GetInfo reports it.
+type ConfigState struct {
+	// Generation is the generation in effect in the process.
+	Generation uint64
+	// Pending is a newer generation that needs a restart to take effect, and
+	// PendingFields the fields it changes that need it; 0 and nil when there is none.
+	Pending       uint64
+	PendingFields []string
+}
+
+// SetConfigState records the configuration the process runs, for GetInfo.
+func (d *Daemon) SetConfigState(cs ConfigState) {
+	d.mu.Lock()
+	d.config = cs
+	d.mu.Unlock()
+}
+
+// ConfigState is what SetConfigState recorded.
+func (d *Daemon) ConfigState() ConfigState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.config
 }

@@ -67,6 +67,11 @@ func Main[C Config](ctx context.Context, cmd Command[C], args, environ []string,
 		return ExitBadConfig
 	}
 	if err := cmd.Run(ctx, cfg, log); err != nil {
+		var restart *RestartError
+		if errors.As(err, &restart) {
+			log.Info(name+" stopped to start again", "reason", restart.Reason)
+			return ExitOK
+		}
 		log.Error(name+" failed", "err", err)
 		return ExitCode(err)
 	}

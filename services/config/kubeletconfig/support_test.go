@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/unitlet/unitlet/shared/nodeconfig"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
@@ -209,5 +211,43 @@ func TestFeatureGatesAreFollowedOrRefused(t *testing.T) {
 	}
 	if errs := gates(map[string]bool{"MemoryQoS": false}); len(errs) != 0 {
 		t.Errorf("MemoryQoS at its default: %v", errs)
+	}
+}
+
+// What the table says each service applies, each service's follower knows (so that a
+// change of the field restarts it or reaches it live): the two lists cannot drift apart.
+func TestAppliedFieldsAreFollowedByTheirServices(t *testing.T) {
+	followers := []string{"certs", "podsync", "status", "volumes", "eviction"}
+	for name, by := range appliedBy {
+		var services []string
+		switch {
+		case strings.HasPrefix(by, "every service's API client"):
+			services = []string{"certs", "podsync", "status", "volumes"}
+		case strings.HasPrefix(by, "every service's CRI client"):
+			services = []string{"podsync", "status", "volumes", "eviction"}
+		default:
+			for _, s := range followers {
+				if strings.Contains(by, s) {
+					services = append(services, s)
+				}
+			}
+		}
+		for _, s := range services {
+			if !slices.Contains(nodeconfig.Uses[s], name) {
+				t.Errorf("%s is applied by %s (%q), but nodeconfig.Uses[%q] does not list it", name, s, by, s)
+			}
+		}
+	}
+	for s, fields := range nodeconfig.Uses {
+		for _, name := range fields {
+			if appliedBy[name] == "" && !contains(refusedUnlessDefault, name) {
+				t.Errorf("nodeconfig.Uses[%q] lists %s, which the table does not say is applied", s, name)
+			}
+		}
+		for _, name := range nodeconfig.Live[s] {
+			if !slices.Contains(fields, name) {
+				t.Errorf("nodeconfig.Live[%q] lists %s, which Uses does not", s, name)
+			}
+		}
 	}
 }

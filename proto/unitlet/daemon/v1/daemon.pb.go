@@ -77,8 +77,16 @@ type GetInfoResponse struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Whether the bus socket was passed in by systemd (socket activation).
 	SocketActivated bool `protobuf:"varint,7,opt,name=socket_activated,json=socketActivated,proto3" json:"socket_activated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The generation of the node configuration the process runs; 0 for a service that
+	// takes none (unitlet-config reports the generation it serves).
+	ConfigGeneration uint64 `protobuf:"varint,8,opt,name=config_generation,json=configGeneration,proto3" json:"config_generation,omitempty"`
+	// A newer generation the process has seen but applies only after a restart, with the
+	// fields that need it; 0 when there is none. Under systemd the service restarts
+	// itself for it at once; elsewhere it waits for someone to restart it.
+	PendingConfigGeneration uint64   `protobuf:"varint,9,opt,name=pending_config_generation,json=pendingConfigGeneration,proto3" json:"pending_config_generation,omitempty"`
+	PendingConfigFields     []string `protobuf:"bytes,10,rep,name=pending_config_fields,json=pendingConfigFields,proto3" json:"pending_config_fields,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *GetInfoResponse) Reset() {
@@ -160,12 +168,33 @@ func (x *GetInfoResponse) GetSocketActivated() bool {
 	return false
 }
 
+func (x *GetInfoResponse) GetConfigGeneration() uint64 {
+	if x != nil {
+		return x.ConfigGeneration
+	}
+	return 0
+}
+
+func (x *GetInfoResponse) GetPendingConfigGeneration() uint64 {
+	if x != nil {
+		return x.PendingConfigGeneration
+	}
+	return 0
+}
+
+func (x *GetInfoResponse) GetPendingConfigFields() []string {
+	if x != nil {
+		return x.PendingConfigFields
+	}
+	return nil
+}
+
 var File_unitlet_daemon_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
 	"\n" +
 	"\x1eunitlet/daemon/v1/daemon.proto\x12\x11unitlet.daemon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eGetInfoRequest\"\xfb\x01\n" +
+	"\x0eGetInfoRequest\"\x98\x03\n" +
 	"\x0fGetInfoResponse\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
@@ -176,7 +205,11 @@ const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x129\n" +
 	"\n" +
 	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12)\n" +
-	"\x10socket_activated\x18\a \x01(\bR\x0fsocketActivated2a\n" +
+	"\x10socket_activated\x18\a \x01(\bR\x0fsocketActivated\x12+\n" +
+	"\x11config_generation\x18\b \x01(\x04R\x10configGeneration\x12:\n" +
+	"\x19pending_config_generation\x18\t \x01(\x04R\x17pendingConfigGeneration\x122\n" +
+	"\x15pending_config_fields\x18\n" +
+	" \x03(\tR\x13pendingConfigFields2a\n" +
 	"\rDaemonService\x12P\n" +
 	"\aGetInfo\x12!.unitlet.daemon.v1.GetInfoRequest\x1a\".unitlet.daemon.v1.GetInfoResponseB=Z;github.com/unitlet/unitlet/proto/unitlet/daemon/v1;daemonv1b\x06proto3"
 
