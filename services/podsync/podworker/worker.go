@@ -115,6 +115,9 @@ type Options struct {
 	Cgroups Cgroups
 	// NodeHostsFile is the node's hosts file, which host-network pods see; "" is /etc/hosts.
 	NodeHostsFile string
+	// CredentialProviders give the node's registry credentials (credential provider
+	// plugins), tried after the pod's imagePullSecrets'; nil gives none.
+	CredentialProviders CredentialProviders
 }
 
 // Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).
