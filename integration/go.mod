@@ -6,6 +6,7 @@ require (
 	github.com/unitlet/unitlet/proto v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	github.com/hashicorp/yamux v0.1.2
+	golang.org/x/crypto v0.47.0
 	google.golang.org/grpc v1.79.3
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3

@@ -2,7 +2,7 @@
 // compose file: a real control plane, and node machines running unitlet.
 //
 //	unitlet-harness up         [-f STACK.yaml]
-//	unitlet-harness build      (only build or find the control plane binaries)
+//	unitlet-harness build      (only build or find the control plane and registry binaries)
 //	unitlet-harness down       [-f STACK.yaml]
 //	unitlet-harness status     [-f STACK.yaml] [-o json]
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
@@ -82,7 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "up":
 		err = h.Up(ctx)
 	case "build":
-		_, err = harness.EnsureBinaries(repo, stdout)
+		if _, err = harness.EnsureBinaries(repo, stdout); err == nil {
+			_, err = harness.EnsureRegistryBinary(repo, stdout)
+		}
 	case "down":
 		err = h.Down()
 	case "status":

@@ -165,6 +165,14 @@ func (h *Harness) Up(ctx context.Context) error {
 		if err := h.step("test images", func() (string, error) { return h.importImages(ctx) }); err != nil {
 			return err
 		}
+		if h.stack.Registry != nil {
+			if err := h.ensure(ctx, st, h.registry()); err != nil {
+				return err
+			}
+			if err := h.step("registry images", func() (string, error) { return h.pushRegistryImages(ctx) }); err != nil {
+				return err
+			}
+		}
 	}
 	if !h.stack.Standalone {
 		client, err := h.AdminClient()

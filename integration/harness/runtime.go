@@ -78,8 +78,11 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[7]q
+  # Registry hosts, one directory each with its hosts.toml (the stack's registry's CA).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[8]q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), h.ContainerdSocket(),
-		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni)
+		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni, h.hostsDir())
 	path := filepath.Join(dir, "config.toml")
 	return path, os.WriteFile(path, []byte(config), 0o644)
 }

@@ -27,7 +27,10 @@ type Stack struct {
 	Standalone   bool         `json:"standalone"`
 	ControlPlane ControlPlane `json:"controlPlane"`
 	Runtime      Runtime      `json:"runtime"`
-	Nodes        []Node       `json:"nodes"`
+	// Registry, when set, runs a private image registry for the stack's containerd
+	// (registry.go).
+	Registry *Registry `json:"registry,omitempty"`
+	Nodes    []Node    `json:"nodes"`
 }
 
 // ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
@@ -134,6 +137,9 @@ func LoadStack(path string) (*Stack, error) {
 	case "", "containerd":
 	default:
 		return nil, fmt.Errorf("%s: runtime.kind %q: supported: containerd", path, s.Runtime.Kind)
+	}
+	if s.Registry != nil && (s.Runtime.Kind != "containerd" || s.Registry.Port <= 0 || s.Registry.Port > 65535) {
+		return nil, fmt.Errorf("%s: registry.port %d: a registry needs runtime.kind containerd and a port of 1 to 65535", path, s.Registry.Port)
 	}
 	if s.Runtime.PodSubnet == "" {
 		s.Runtime.PodSubnet = "10.88.0.0/16"

@@ -26,6 +26,10 @@ type Options struct {
 	CertDir             string
 	RootDir             string
 	NodeLabels          map[string]string
+	// ImageCredentialProviderConfig and ImageCredentialProviderBinDir name the kubelet's
+	// credential provider plugins; unitlet-podsync runs them.
+	ImageCredentialProviderConfig string
+	ImageCredentialProviderBinDir string
 
 	// Overrides are the flags and variables that set KubeletConfiguration fields, as merge
 	// patches: the environment's first, then the command line's.
@@ -63,6 +67,8 @@ func bindFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.CertDir, "cert-dir", "", "where the node's certificates and keys live (default: <root-dir>/pki)")
 	fs.StringVar(&o.RootDir, "root-dir", "/var/lib/unitlet", "the node agent's state directory")
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels to register the node with, key=value,...")
+	fs.StringVar(&o.ImageCredentialProviderConfig, "image-credential-provider-config", "", "the CredentialProviderConfig file (kubelet.config.k8s.io/v1) of the image credential provider plugins")
+	fs.StringVar(&o.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", "", "the directory of the image credential provider plugins")
 	fs.Int32("max-pods", 0, "maximum number of pods on the node (config field maxPods)")
 	fs.String("container-runtime-endpoint", "", "the CRI socket, unix:///path (config field containerRuntimeEndpoint)")
 	fs.String("pod-manifest-path", "", "the directory of static pod manifests (config field staticPodPath)")
@@ -107,6 +113,7 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 	}{
 		{"config", &o.ConfigFile}, {"config-dir", &o.ConfigDir}, {"kubeconfig", &o.Kubeconfig},
 		{"bootstrap-kubeconfig", &o.BootstrapKubeconfig}, {"cert-dir", &o.CertDir}, {"root-dir", &o.RootDir},
+		{"image-credential-provider-config", &o.ImageCredentialProviderConfig}, {"image-credential-provider-bin-dir", &o.ImageCredentialProviderBinDir},
 	} {
 		if *p.path == "" {
 			continue
@@ -122,6 +129,9 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 	}
 	if o.CertDir == "" {
 		o.CertDir = filepath.Join(o.RootDir, "pki")
+	}
+	if (o.ImageCredentialProviderConfig == "") != (o.ImageCredentialProviderBinDir == "") {
+		return fmt.Errorf("--image-credential-provider-config and --image-credential-provider-bin-dir: set both or neither")
 	}
 	if o.BootstrapKubeconfig != "" && o.Kubeconfig == "" {
 		return fmt.Errorf("--bootstrap-kubeconfig needs --kubeconfig: the file TLS bootstrap writes the node's credentials to")

@@ -53,8 +53,9 @@ func loadLastGood(store *checkpoint.Store, o *Options) (*configv1.NodeConfig, er
 		return nil, fmt.Errorf("the last good configuration is unusable: %w", err)
 	}
 	p := cfg.GetPaths()
-	if p.GetKubeconfig() != o.Kubeconfig || p.GetBootstrapKubeconfig() != o.BootstrapKubeconfig || p.GetCertDir() != o.CertDir || p.GetRootDir() != o.RootDir {
-		return nil, errors.New("the last good configuration has other node paths (--kubeconfig, --bootstrap-kubeconfig, --cert-dir, --root-dir) than these")
+	if p.GetKubeconfig() != o.Kubeconfig || p.GetBootstrapKubeconfig() != o.BootstrapKubeconfig || p.GetCertDir() != o.CertDir || p.GetRootDir() != o.RootDir ||
+		p.GetImageCredentialProviderConfig() != o.ImageCredentialProviderConfig || p.GetImageCredentialProviderBinDir() != o.ImageCredentialProviderBinDir {
+		return nil, errors.New("the last good configuration has other node paths (--kubeconfig, --bootstrap-kubeconfig, --cert-dir, --root-dir, --image-credential-provider-*) than these")
 	}
 	return cfg, nil
 }

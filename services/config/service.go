@@ -230,10 +230,12 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 		KubeletConfiguration: res.JSON,
 		Node:                 node,
 		Paths: &configv1.Paths{
-			Kubeconfig:          s.opts.Kubeconfig,
-			BootstrapKubeconfig: s.opts.BootstrapKubeconfig,
-			CertDir:             s.opts.CertDir,
-			RootDir:             s.opts.RootDir,
+			Kubeconfig:                    s.opts.Kubeconfig,
+			BootstrapKubeconfig:           s.opts.BootstrapKubeconfig,
+			CertDir:                       s.opts.CertDir,
+			RootDir:                       s.opts.RootDir,
+			ImageCredentialProviderConfig: s.opts.ImageCredentialProviderConfig,
+			ImageCredentialProviderBinDir: s.opts.ImageCredentialProviderBinDir,
 		},
 		LoadTime: timestamppb.New(s.now()),
 	}

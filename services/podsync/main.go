@@ -16,6 +16,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
+	"github.com/unitlet/unitlet/services/podsync/pullcreds"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
@@ -106,6 +107,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
 	wo := workerOptions(nc, node, machine, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
+	if path := nc.Paths.GetImageCredentialProviderConfig(); path != "" {
+		// As the kubelet, a configuration that cannot be used stops the start.
+		plugins, err := pullcreds.LoadPlugins(path, nc.Paths.GetImageCredentialProviderBinDir(), clk, log.With("component", "credential-providers"))
+		if err != nil {
+			return daemon.ConfigError(err)
+		}
+		wo.CredentialProviders = plugins
+	}
 	wo.CRI.CgroupParent = cg.Parent
 	// As the kubelet: on cgroup v2 the kernel kills a container's processes together on
 	// OOM unless singleProcessOOMKill (unitlet-config refuses false on v1).

@@ -209,12 +209,16 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		w.event(pod, corev1.EventTypeNormal, "BackOff", msg)
 		return errors.New(msg)
 	}
+	creds, err := w.pullCredentials(ctx, pod, c.Image)
+	if err != nil {
+		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
+		w.setWaiting(c.Name, "ErrImagePull", msg)
+		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
+		return errors.New(msg)
+	}
 	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
 	start := w.m.o.Clock.Now()
-	err = w.m.pullLimits.do(ctx, func() error {
-		_, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg})
-		return err
-	})
+	err = w.m.pullLimits.do(ctx, func() error { return w.pull(ctx, spec, sbCfg, creds) })
 	if err != nil {
 		w.m.pulls.Next(key, w.m.o.Clock.Now())
 		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)

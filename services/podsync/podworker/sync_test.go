@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -56,6 +57,7 @@ type memCRI struct {
 	stopGrace  map[string]int64 // StopContainer timeout by container ID
 
 	imageUsers map[string]*runtimeapi.Image // the uid or username an image runs as
+	pullUser   string                       // when set, the only user PullImage accepts
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -180,6 +182,12 @@ func (f *memCRI) PullImage(_ context.Context, in *runtimeapi.PullImageRequest, _
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("PullImage %s", in.GetImage().GetImage())
+	if f.pullUser != "" {
+		f.record("PullImage auth %s", in.GetAuth().GetUsername())
+		if in.GetAuth().GetUsername() != f.pullUser {
+			return nil, errors.New("401 Unauthorized")
+		}
+	}
 	f.images[in.GetImage().GetImage()] = true
 	return &runtimeapi.PullImageResponse{ImageRef: "sha256:" + in.GetImage().GetImage()}, nil
 }

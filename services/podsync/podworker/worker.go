@@ -118,6 +118,9 @@ type Options struct {
 	// PullLimits hold image pulls to the configuration's rate and parallelism; the zero
 	// value limits nothing.
 	PullLimits PullLimits
+	// CredentialProviders give the node's registry credentials (credential provider
+	// plugins), tried after the pod's imagePullSecrets'; nil gives none.
+	CredentialProviders CredentialProviders
 }
 
 // Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).

@@ -804,9 +804,14 @@ type Paths struct {
 	// --cert-dir: where certificates and keys live.
 	CertDir string `protobuf:"bytes,3,opt,name=cert_dir,json=certDir,proto3" json:"cert_dir,omitempty"`
 	// --root-dir: the node agent's state.
-	RootDir       string `protobuf:"bytes,4,opt,name=root_dir,json=rootDir,proto3" json:"root_dir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RootDir string `protobuf:"bytes,4,opt,name=root_dir,json=rootDir,proto3" json:"root_dir,omitempty"`
+	// --image-credential-provider-config: the CredentialProviderConfig file
+	// (kubelet.config.k8s.io/v1) naming the credential provider plugins; empty: none.
+	ImageCredentialProviderConfig string `protobuf:"bytes,5,opt,name=image_credential_provider_config,json=imageCredentialProviderConfig,proto3" json:"image_credential_provider_config,omitempty"`
+	// --image-credential-provider-bin-dir: the directory of those plugins.
+	ImageCredentialProviderBinDir string `protobuf:"bytes,6,opt,name=image_credential_provider_bin_dir,json=imageCredentialProviderBinDir,proto3" json:"image_credential_provider_bin_dir,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *Paths) Reset() {
@@ -863,6 +868,20 @@ func (x *Paths) GetCertDir() string {
 func (x *Paths) GetRootDir() string {
 	if x != nil {
 		return x.RootDir
+	}
+	return ""
+}
+
+func (x *Paths) GetImageCredentialProviderConfig() string {
+	if x != nil {
+		return x.ImageCredentialProviderConfig
+	}
+	return ""
+}
+
+func (x *Paths) GetImageCredentialProviderBinDir() string {
+	if x != nil {
+		return x.ImageCredentialProviderBinDir
 	}
 	return ""
 }
@@ -1128,14 +1147,16 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\x05Taint\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
-	"\x06effect\x18\x03 \x01(\tR\x06effect\"\x90\x01\n" +
+	"\x06effect\x18\x03 \x01(\tR\x06effect\"\xa3\x02\n" +
 	"\x05Paths\x12\x1e\n" +
 	"\n" +
 	"kubeconfig\x18\x01 \x01(\tR\n" +
 	"kubeconfig\x121\n" +
 	"\x14bootstrap_kubeconfig\x18\x02 \x01(\tR\x13bootstrapKubeconfig\x12\x19\n" +
 	"\bcert_dir\x18\x03 \x01(\tR\acertDir\x12\x19\n" +
-	"\broot_dir\x18\x04 \x01(\tR\arootDir\"\xff\x02\n" +
+	"\broot_dir\x18\x04 \x01(\tR\arootDir\x12G\n" +
+	" image_credential_provider_config\x18\x05 \x01(\tR\x1dimageCredentialProviderConfig\x12H\n" +
+	"!image_credential_provider_bin_dir\x18\x06 \x01(\tR\x1dimageCredentialProviderBinDir\"\xff\x02\n" +
 	"\fReloadStatus\x124\n" +
 	"\x16last_reload_successful\x18\x01 \x01(\bR\x14lastReloadSuccessful\x12F\n" +
 	"\x11last_attempt_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastAttemptTime\x12F\n" +

@@ -1,0 +1,120 @@
+package harnesstest
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/integration/harness"
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+)
+
+// privateRegistry is the stack's registry; the image it holds is removed from the stack's
+// containerd, so that the next pod using it pulls.
+func privateRegistry(t *testing.T) *harness.RegistryAccess {
+	t.Helper()
+	reg, err := stack.Registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgetImage(t, reg.Busybox)
+	return reg
+}
+
+func forgetImage(t *testing.T, image string) {
+	t.Helper()
+	rt, err := stack.CRI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if _, err := rt.Images.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}); err != nil {
+		t.Fatalf("remove image %s: %v", image, err)
+	}
+}
+
+// privatePod runs the registry's busybox, pulled at every start.
+func privatePod(name, image string, secrets ...string) *corev1.Pod {
+	p := busyboxPod(name, "echo pulled; while true; do sleep 1; done")
+	p.Spec.Containers[0].Image = image
+	p.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+	for _, s := range secrets {
+		p.Spec.ImagePullSecrets = append(p.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	return p
+}
+
+func running(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+	return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+}
+
+// dockerConfigJSON is a kubernetes.io/dockerconfigjson secret with one registry's auth.
+func dockerConfigJSON(t *testing.T, name, registry, user, password string) {
+	t.Helper()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	secrets := admin(t).CoreV1().Secrets("default")
+	createObject(t, secrets.Create, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths": {%q: {"auth": %q}}}`, registry, auth)},
+	}, secrets.Delete, name)
+}
+
+func TestPullSecretsPrivateRegistryRefusesAnonymousPull(t *testing.T) {
+	reg := privateRegistry(t)
+	createPod(t, privatePod("private-anonymous", reg.Busybox))
+	_, st := waitPod(t, time.Minute, "default/private-anonymous", "waiting ErrImagePull", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+		cs := st.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "ErrImagePull"
+	})
+	msg := st.ContainerStatuses[0].State.Waiting.Message
+	if !strings.Contains(msg, "401") && !strings.Contains(strings.ToLower(msg), "unauthorized") {
+		t.Errorf("ErrImagePull message %q does not carry the registry's 401/unauthorized", msg)
+	}
+}
+
+func TestPullSecretsEachMatchingCredentialInTurn(t *testing.T) {
+	reg := privateRegistry(t)
+	// A wrong password for the same registry (the older kubernetes.io/dockercfg type, its
+	// key a URL with the v1 path old configs carry), then the right one: the pull tries
+	// both; a secret that does not exist is warned about and left out.
+	secrets := admin(t).CoreV1().Secrets("default")
+	createObject(t, secrets.Create, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "registry-wrong"}, Type: corev1.SecretTypeDockercfg,
+		Data: map[string][]byte{corev1.DockerConfigKey: fmt.Appendf(nil, `{"https://%s/v1/": {"username": %q, "password": "wrong"}}`, reg.Host, reg.User)},
+	}, secrets.Delete, "registry-wrong")
+	dockerConfigJSON(t, "registry-right", reg.Host, reg.User, reg.Password)
+	// Another registry's credential matches no image here and is not sent.
+	dockerConfigJSON(t, "registry-other", "other.example:5000", "x", "y")
+	createPod(t, privatePod("private-secret", reg.Busybox, "registry-missing", "registry-wrong", "registry-other", "registry-right"))
+	waitPod(t, time.Minute, "default/private-secret", "running", running)
+	stack.WaitFor(t, 20*time.Second, "the FailedToRetrieveImagePullSecret event", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "private-secret")
+		want := "FailedToRetrieveImagePullSecret: Unable to retrieve some image pull secrets (registry-missing); attempting to pull the image may not succeed."
+		return strings.Contains(evs, want) && strings.Contains(evs, "Successfully pulled image"), evs
+	})
+}
+
+func TestPullSecretsFromTheServiceAccount(t *testing.T) {
+	reg := privateRegistry(t)
+	dockerConfigJSON(t, "registry-sa", "https://"+reg.Host, reg.User, reg.Password)
+	sas := admin(t).CoreV1().ServiceAccounts("default")
+	createObject(t, sas.Create, &corev1.ServiceAccount{
+		ObjectMeta:       metav1.ObjectMeta{Name: "puller"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry-sa"}},
+	}, sas.Delete, "puller")
+	p := privatePod("private-sa", reg.Busybox)
+	p.Spec.ServiceAccountName = "puller"
+	created := createPod(t, p)
+	// The API server's ServiceAccount admission copies the account's pull secrets.
+	if got := created.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "registry-sa" {
+		t.Fatalf("the created pod's imagePullSecrets %v, want the service account's [registry-sa]", got)
+	}
+	waitPod(t, time.Minute, "default/private-sa", "running", running)
+}
