@@ -3,6 +3,7 @@ package harnesstest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,4 +139,30 @@ func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 				cs[0].State.Waiting.Reason == "ContainerCreating", string(b)
 		})
 	}
+}
+
+// TestHostUsersFalseRefusedNamingTheRuntime: the stack's containerd 1.6 reports no user
+// namespace support (CRI Status has no runtime handlers), so a pod with hostUsers: false
+// ends Failed, UnsupportedPodSpec, the message naming the field and the runtime as CRI
+// Version gives it, instead of running in the host's user namespace.
+func TestHostUsersFalseRefusedNamingTheRuntime(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	v, err := criClient(t).Runtime.Version(context.Background(), &runtimeapi.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := busyboxPod("userns-pod", "sleep 3600")
+	p.Spec.HostUsers = ptr.To(false)
+	createPod(t, p)
+	want := "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, " + v.RuntimeName + " " + v.RuntimeVersion +
+		", reports no support for them) are not supported by this node (unitlet)"
+	stack.WaitFor(t, time.Minute, "userns-pod Failed, UnsupportedPodSpec, in the API", func(ctx context.Context) (bool, string) {
+		got, err := admin(t).CoreV1().Pods("default").Get(ctx, "userns-pod", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := got.Status
+		return st.Phase == corev1.PodFailed && st.Reason == "UnsupportedPodSpec" && st.Message == want,
+			fmt.Sprintf("phase %s reason %q message %q", st.Phase, st.Reason, st.Message)
+	})
 }
