@@ -154,7 +154,7 @@ func TestHostUsersFalseRefusedNamingTheRuntime(t *testing.T) {
 	p := busyboxPod("userns-pod", "sleep 3600")
 	p.Spec.HostUsers = ptr.To(false)
 	createPod(t, p)
-	want := "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, " + v.RuntimeName + " " + v.RuntimeVersion +
+	want := "Pod was rejected: Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, " + v.RuntimeName + " " + v.RuntimeVersion +
 		", reports no support for them) are not supported by this node (unitlet)"
 	stack.WaitFor(t, time.Minute, "userns-pod Failed, UnsupportedPodSpec, in the API", func(ctx context.Context) (bool, string) {
 		got, err := admin(t).CoreV1().Pods("default").Get(ctx, "userns-pod", metav1.GetOptions{})

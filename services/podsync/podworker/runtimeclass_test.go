@@ -2,12 +2,14 @@ package podworker
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -64,5 +66,45 @@ func TestSandboxOfMissingRuntimeClassFails(t *testing.T) {
 				t.Errorf("sandboxes run: %v, want none", got)
 			}
 		})
+	}
+}
+
+// mutableClasses is RuntimeClasses whose classes a test changes.
+type mutableClasses struct {
+	mu      sync.Mutex
+	classes classMap
+}
+
+func (m *mutableClasses) Handler(name string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.classes.Handler(name)
+}
+
+func TestSandboxRetriedWhenTheRuntimeClassAppears(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	classes := &mutableClasses{classes: classMap{}}
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := newHarnessOpts(t, cri, func(o *Options) { o.RuntimeClasses, o.Clock = classes, clk })
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	pod.Spec.RuntimeClassName = ptr.To("gvisor")
+	h.m.Update(pod, "api")
+	for !h.ev.hasEvent("FailedCreatePodSandBox: ") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	classes.mu.Lock()
+	classes.classes["gvisor"] = "runsc"
+	classes.mu.Unlock()
+	// No other trigger: only the sandbox retry, 10 s on, runs it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(cri.callsOf("RunPodSandbox")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox was not retried 10 s after it failed")
+		}
+		clk.Step(time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := cri.callsOf("RunPodSandbox"); !slices.Equal(got, []string{"web attempt=0 handler=runsc"}) {
+		t.Errorf("sandboxes run: %v, want one on handler runsc", got)
 	}
 }
