@@ -89,7 +89,7 @@ func TestRuntimeClassHandlerAndOverhead(t *testing.T) {
 // TestRuntimeClassMissingOrUnknownHandler: a pod whose RuntimeClass is gone by the time it
 // reaches the node, and one whose class names a handler the runtime does not have, stay
 // Pending with their containers ContainerCreating and a FailedCreatePodSandBox event
-// carrying the cause, as with the kubelet.
+// carrying the cause, as with the kubelet; once the class exists again the pod runs.
 func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
@@ -138,6 +138,14 @@ func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 			return p.Status.Phase == corev1.PodPending && len(cs) == 1 && cs[0].State.Waiting != nil &&
 				cs[0].State.Waiting.Reason == "ContainerCreating", string(b)
 		})
+	}
+
+	// The class made again: the sandbox is retried (the kubelet's 10 s backoff) and the
+	// pod runs on its handler.
+	createRuntimeClass(t, "rc-gone", harness.TestRuntimeHandler, nil)
+	pod := apiPodRunningReady(t, "rc-gone-pod", time.Minute)
+	if sb := podSandbox(ctx, t, string(pod.UID)); sb.RuntimeHandler != harness.TestRuntimeHandler {
+		t.Errorf("the sandbox's runtime handler = %q, want %q", sb.RuntimeHandler, harness.TestRuntimeHandler)
 	}
 }
 
