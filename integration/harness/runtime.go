@@ -30,6 +30,17 @@ func (h *Harness) ContainerdSocket() string {
 // RuntimeEndpoint is ContainerdSocket as a CRI endpoint URL.
 func (h *Harness) RuntimeEndpoint() string { return "unix://" + h.ContainerdSocket() }
 
+// TestRuntimeHandler is a second runtime handler of the stack's containerd, for
+// RuntimeClasses: runc again, but keeping its containers' state under TestRuntimeRoot
+// instead of runc's default root, so a test can tell which handler ran a sandbox.
+const TestRuntimeHandler = "runc-test"
+
+// TestRuntimeRoot is the runc state root of TestRuntimeHandler: a sandbox or container it
+// runs has a directory <root>/k8s.io/<id> while it exists.
+func (h *Harness) TestRuntimeRoot() string {
+	return filepath.Join(h.paths.root, "containerd", "runc-test")
+}
+
 // containerdConfig gives the stack's containerd its own root, state and sockets, so that it
 // never meets a containerd the machine runs, and the settings these machines need.
 func (h *Harness) containerdConfig() (string, error) {
@@ -75,14 +86,19 @@ state = %[2]q
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s.options]
+        Root = %[8]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[7]q
   # Registry hosts, one directory each with its hosts.toml (the stack's registry's CA).
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = %[8]q
+    config_path = %[10]q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), h.ContainerdSocket(),
-		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni, h.hostsDir())
+		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni,
+		h.TestRuntimeRoot(), TestRuntimeHandler, h.hostsDir())
 	path := filepath.Join(dir, "config.toml")
 	return path, os.WriteFile(path, []byte(config), 0o644)
 }

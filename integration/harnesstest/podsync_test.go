@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/unitlet/unitlet/integration/harness"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 )
@@ -94,15 +95,21 @@ func waitPod(t *testing.T, within time.Duration, key, what string, cond func(p *
 	return last, statusOf(last)
 }
 
-// runtimeContainers are the CRI containers of a pod, by the kubelet's labels.
-func runtimeContainers(ctx context.Context, t *testing.T, uid string) []*runtimeapi.Container {
+// criClient is a CRI client of the stack's containerd, closed when the test ends.
+func criClient(t *testing.T) *harness.CRIClient {
 	t.Helper()
 	rt, err := stack.CRI()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close()
-	resp, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+// runtimeContainers are the CRI containers of a pod, by the kubelet's labels.
+func runtimeContainers(ctx context.Context, t *testing.T, uid string) []*runtimeapi.Container {
+	t.Helper()
+	resp, err := criClient(t).Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
 	if err != nil {
 		t.Fatal(err)
 	}

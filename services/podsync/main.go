@@ -99,6 +99,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	svc := NewService(ServiceOptions{
 		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
+		Runtime:       admissionRuntime(ctx, rt, log),
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
 	})
@@ -121,10 +122,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	wo.CRI.OOMKillGroup = cg.m.Unified() && !ptr.Deref(kc.SingleProcessOOMKill, false)
 	wo.Cgroups = cg
 	var services *serviceLister
+	var classes *runtimeClasses
 	if client != nil {
-		// Standalone, containers get no service-link variables, as with the kubelet.
+		// Standalone, containers get no service-link variables, as with the kubelet, and
+		// pods naming a RuntimeClass do not run.
 		services = newServiceLister(client)
 		wo.Services = services
+		classes = newRuntimeClasses(client)
+		wo.RuntimeClasses = classes
 	}
 	workers := podworker.NewManager(wo)
 	cg.active = workers.Active
@@ -159,6 +164,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Services: the cluster's services, for containers' service-link variables.
 	if services != nil {
 		d.Go("services", services.Run)
+	}
+	// RuntimeClasses: the runtime handlers of pods that name a RuntimeClass.
+	if classes != nil {
+		d.Go("runtime classes", classes.Run)
 	}
 	// Mirror pods: static pods' mirrors in the API.
 	if client != nil {

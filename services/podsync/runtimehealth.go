@@ -3,12 +3,14 @@ package podsync
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/cri"
 )
@@ -89,4 +91,30 @@ func relistError(r *relist.Relister) error {
 		return err
 	}
 	return nil
+}
+
+// admissionRuntime is the runtime as admission names it: CRI Version's name and version,
+// and whether Status's default handler ("") reports user namespace support. A runtime
+// that cannot answer yet is left unnamed: what it lacks is refused all the same.
+func admissionRuntime(ctx context.Context, rt *cri.Client, log *slog.Logger) admission.Runtime {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out admission.Runtime
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		log.Warn("container runtime version: admission messages will not name the runtime", "err", err)
+		return out
+	}
+	out.Name, out.Version = v.RuntimeName, v.RuntimeVersion
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		log.Warn("container runtime status: its user namespace support is taken as absent", "err", err)
+		return out
+	}
+	for _, h := range st.GetRuntimeHandlers() {
+		if h.GetName() == "" {
+			out.UserNamespaces = h.GetFeatures().GetUserNamespaces()
+		}
+	}
+	return out
 }

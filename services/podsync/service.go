@@ -42,6 +42,7 @@ type Service struct {
 	node     func() *corev1.Node
 	maxPods  int
 	sysctls  *admission.Sysctls
+	runtime  admission.Runtime
 	metrics  *metrics
 	// sourcesWanted are the sources that must report once before podsync removes pods
 	// the runtime has and nobody wants (after a restart, not before it knows them all).
@@ -77,6 +78,8 @@ type ServiceOptions struct {
 	MaxPods int
 	// Sysctls is the sysctl allowlist admission applies (nil: the kernel's safe sysctls).
 	Sysctls *admission.Sysctls
+	// Runtime is the container runtime as admission names it (what it lacks).
+	Runtime admission.Runtime
 	// SourcesWanted are the pod sources that must report once before pods the runtime has
 	// and nobody wants are removed.
 	SourcesWanted []string
@@ -92,7 +95,7 @@ type ServiceOptions struct {
 // the service's own callbacks (Report and RuntimeChanged).
 func NewService(o ServiceOptions) *Service {
 	s := &Service{
-		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sysctls: o.Sysctls, sourcesWanted: o.SourcesWanted,
+		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sysctls: o.Sysctls, runtime: o.Runtime, sourcesWanted: o.SourcesWanted,
 		events:        o.Events,
 		staticChanged: make(chan struct{}, 1),
 		metrics:       newMetrics(o.Registry),
@@ -245,7 +248,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 			active = append(active, q)
 		}
 	}
-	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls)
+	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls, s.runtime)
 	if r.Admit && s.eviction != nil {
 		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
 		// are asked too: it is eviction that lets critical pods in.

@@ -30,13 +30,9 @@ func newServiceLister(client kubernetes.Interface) *serviceLister {
 	return &serviceLister{factory: factory, lister: services.Lister(), synced: services.Informer().HasSynced}
 }
 
-// Run keeps the cache current until ctx ends. The informer retries on its own through
-// API server outages; the cache keeps the last services meanwhile.
+// Run keeps the cache current until ctx ends.
 func (s *serviceLister) Run(ctx context.Context) error {
-	s.factory.Start(ctx.Done())
-	<-ctx.Done()
-	s.factory.Shutdown()
-	return nil
+	return runFactory(ctx, s.factory)
 }
 
 // List is every cached service.

@@ -96,7 +96,8 @@ func (f failure) result() Result {
 // Admit decides whether pod may run on node next to active, the pods already admitted and
 // not yet terminated (pod itself, matched by UID, is left out of them). maxPods caps the
 // number of pods; when it is 0 or less, node.status.allocatable[pods] is the cap. sysctls
-// is the node's sysctl allowlist (nil: the safe sysctls of the running kernel).
+// is the node's sysctl allowlist (nil: the safe sysctls of the running kernel); rt is the
+// container runtime, named when a pod asks for what it lacks.
 //
 // The checks and their order are the kubelet's: the pod's sysctls (SysctlForbidden),
 // then the predicates: the pod's kubernetes.io/os label and
@@ -107,7 +108,7 @@ func (f failure) result() Result {
 // reported. Mirror pods are always admitted (the kubelet admits the static pod, never its
 // mirror); static pods skip the taint check; critical pods are not rejected for resources
 // (see Result.Shortfall).
-func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int, sysctls *Sysctls) Result {
+func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int, sysctls *Sysctls, rt Runtime) Result {
 	if isMirrorPod(pod) {
 		return Result{Admit: true}
 	}
@@ -140,7 +141,7 @@ func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int
 		}
 	}
 
-	if f, why := unsupported(pod); f != "" {
+	if f, why := unsupported(pod, rt); f != "" {
 		return Result{Reason: ReasonUnsupportedPodSpec, Message: fmt.Sprintf("Failed to admit pod: %s: %s by this node (unitlet)", f, why)}
 	}
 

@@ -123,7 +123,7 @@ func runAdmit(t *testing.T, tests []admitCase) {
 			if node == nil {
 				node = testNode()
 			}
-			got := Admit(tt.pod, node, tt.active, tt.maxPods, tt.sysctls)
+			got := Admit(tt.pod, node, tt.active, tt.maxPods, tt.sysctls, Runtime{})
 			if got.Admit != tt.admit || got.Reason != tt.reason {
 				t.Fatalf("Admit = {%v %q %q}, want {%v %q}", got.Admit, got.Reason, got.Message, tt.admit, tt.reason)
 			}
@@ -477,7 +477,7 @@ func TestAdmitSupplementalGroupsPolicy(t *testing.T) {
 }
 
 func TestAdmitNoNode(t *testing.T) {
-	r := Admit(testPod("p"), nil, nil, 110, nil)
+	r := Admit(testPod("p"), nil, nil, 110, nil, Runtime{})
 	if r.Admit || r.Reason != "InvalidNodeInfo" {
 		t.Errorf("Admit with no node = %+v, want InvalidNodeInfo", r)
 	}

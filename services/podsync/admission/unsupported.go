@@ -11,15 +11,34 @@ import (
 // (the kubelet would): running it without would silently drop what the pod asked for.
 const ReasonUnsupportedPodSpec = "UnsupportedPodSpec"
 
+// Runtime is what admission knows of the node's container runtime: its name and version
+// (CRI Version) and whether its default handler reports user namespace support (CRI
+// Status's runtime handlers; containerd 1.6 reports no handlers at all).
+type Runtime struct {
+	Name, Version  string
+	UserNamespaces bool
+}
+
+func (r Runtime) String() string {
+	if r.Name == "" {
+		return "of unknown name and version"
+	}
+	return r.Name + " " + r.Version
+}
+
 // unsupported names the first field of pod that unitlet cannot honour, and why; "" when
 // there is none. Each is a feature the kubelet of v1.36 has on by default.
-func unsupported(pod *corev1.Pod) (string, string) {
+func unsupported(pod *corev1.Pod, rt Runtime) (string, string) {
 	spec := field.NewPath("spec")
 	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
-		return spec.Child("hostUsers").String(), "user namespaces are not supported; the pod would run in the host's user namespace"
-	}
-	if rc := pod.Spec.RuntimeClassName; rc != nil && *rc != "" {
-		return spec.Child("runtimeClassName").String(), "RuntimeClasses are not supported yet; the pod would run on the default runtime handler"
+		// The kubelet passes user namespace ID mappings to a runtime that supports them;
+		// unitlet does not allocate mappings yet, so it refuses in either case and says
+		// which part is missing.
+		why := fmt.Sprintf("the container runtime, %s, reports no support for them", rt)
+		if rt.UserNamespaces {
+			why = fmt.Sprintf("the container runtime, %s, supports them, but unitlet does not allocate their ID mappings yet", rt)
+		}
+		return spec.Child("hostUsers").String(), "user namespaces (" + why + ") are not supported"
 	}
 	if len(pod.Spec.ResourceClaims) > 0 {
 		return spec.Child("resourceClaims").String(), "dynamic resource allocation is not supported"

@@ -14,7 +14,6 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		opt         podOpt
 	}{
 		{"user namespace", "spec.hostUsers", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) }},
-		{"runtime class", "spec.runtimeClassName", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("gvisor") }},
 		{"resource claims", "spec.resourceClaims", func(p *corev1.Pod) {
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
 		}},
@@ -35,7 +34,7 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Admit(testPod("p", tc.opt), testNode(), nil, 110, nil)
+			r := Admit(testPod("p", tc.opt), testNode(), nil, 110, nil, Runtime{})
 			if r.Admit || r.Reason != ReasonUnsupportedPodSpec || !strings.Contains(r.Message, tc.field+": ") {
 				t.Errorf("got %+v, want rejected %s naming %s", r, ReasonUnsupportedPodSpec, tc.field)
 			}
@@ -43,9 +42,26 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 	}
 	sidecar := testPod("s", func(p *corev1.Pod) {
 		p.Spec.HostUsers = ptr.To(true)
+		p.Spec.RuntimeClassName = ptr.To("gvisor")
 		p.Spec.InitContainers = []corev1.Container{{Name: "side", Image: "busybox", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 	})
-	if r := Admit(sidecar, testNode(), nil, 110, nil); !r.Admit {
-		t.Errorf("a native sidecar with hostUsers true: %+v, want admitted", r)
+	if r := Admit(sidecar, testNode(), nil, 110, nil, Runtime{}); !r.Admit {
+		t.Errorf("a native sidecar with hostUsers true and a RuntimeClass: %+v, want admitted", r)
+	}
+}
+
+func TestAdmitRefusesUserNamespacesNamingTheRuntime(t *testing.T) {
+	pod := testPod("p", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) })
+	for _, tc := range []struct {
+		rt   Runtime
+		want string
+	}{
+		{Runtime{Name: "containerd", Version: "1.6.20"}, "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, containerd 1.6.20, reports no support for them) are not supported by this node (unitlet)"},
+		{Runtime{Name: "containerd", Version: "2.1.0", UserNamespaces: true}, "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, containerd 2.1.0, supports them, but unitlet does not allocate their ID mappings yet) are not supported by this node (unitlet)"},
+	} {
+		r := Admit(pod, testNode(), nil, 110, nil, tc.rt)
+		if r.Admit || r.Reason != ReasonUnsupportedPodSpec || r.Message != tc.want {
+			t.Errorf("runtime %+v: got %+v, want rejected %s: %q", tc.rt, r, ReasonUnsupportedPodSpec, tc.want)
+		}
 	}
 }

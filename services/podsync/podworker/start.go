@@ -20,16 +20,23 @@ import (
 func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (*relist.Sandbox, error) {
 	cfg, err := criconfig.SandboxConfig(pod, attempt, w.m.o.CRI)
 	if err != nil {
-		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+		w.sandboxFailed(pod, err)
 		return nil, fmt.Errorf("sandbox config: %w", err)
 	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("pod log directory: %w", err)
 	}
-	w.acted.Store(true)
-	resp, err := w.m.o.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	// As the kubelet, the RuntimeClass is looked up only now: a missing one fails the
+	// sandbox (and is retried), it does not reject the pod.
+	handler, err := w.runtimeHandler(pod)
 	if err != nil {
-		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+		w.sandboxFailed(pod, err)
+		return nil, fmt.Errorf("runtime handler: %w", err)
+	}
+	w.acted.Store(true)
+	resp, err := w.m.o.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
+	if err != nil {
+		w.sandboxFailed(pod, err)
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
 	sb := &relist.Sandbox{ID: resp.PodSandboxId, Attempt: attempt, Ready: true, CreatedAt: w.m.o.Clock.Now()}
@@ -39,6 +46,11 @@ func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32
 	}
 	sb.IPs = relist.SandboxIPs(st.GetStatus())
 	return sb, nil
+}
+
+// sandboxFailed records the kubelet's event for a sandbox that could not be made.
+func (w *worker) sandboxFailed(pod *corev1.Pod, err error) {
+	w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 }
 
 // podIPs are the pod's IPs: its sandbox's, or the node's for host-network pods.

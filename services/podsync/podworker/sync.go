@@ -209,6 +209,11 @@ func (w *worker) ensureCgroup(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// sandboxRetry is how soon a pod whose sandbox could not be made (its RuntimeClass
+// missing or not read yet, the runtime failing) is synced again: the kubelet's pod
+// worker backoff after a failed sync.
+const sandboxRetry = 10 * time.Second
+
 // volumeRetry is how soon a pod whose volumes are not ready is synced again.
 const volumeRetry = 5 * time.Second
 
@@ -270,7 +275,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 		var err error
 		if sb, err = w.runSandbox(ctx, pod, attempt); err != nil {
-			return 0, err
+			return sandboxRetry, err
 		}
 		// A new sandbox runs init containers again from the start.
 		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, Sandboxes: []*relist.Sandbox{sb}}

@@ -82,7 +82,11 @@ func (f *memCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxRe
 	defer f.mu.Unlock()
 	id, n := f.nextLocked("sb")
 	f.sandboxes[id] = &memSandbox{id: id, cfg: in.Config, ready: true, created: n}
-	f.record("RunPodSandbox %s attempt=%d", in.Config.GetMetadata().GetName(), in.Config.GetMetadata().GetAttempt())
+	if in.RuntimeHandler != "" {
+		f.record("RunPodSandbox %s attempt=%d handler=%s", in.Config.GetMetadata().GetName(), in.Config.GetMetadata().GetAttempt(), in.RuntimeHandler)
+	} else {
+		f.record("RunPodSandbox %s attempt=%d", in.Config.GetMetadata().GetName(), in.Config.GetMetadata().GetAttempt())
+	}
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 

@@ -110,6 +110,9 @@ type Options struct {
 	// Services are the cluster's services for service-link variables; nil (a node without
 	// an API server) gives none.
 	Services Services
+	// RuntimeClasses resolve pods' runtimeClassName to a runtime handler; nil (a node
+	// without an API server) runs only pods that name no RuntimeClass.
+	RuntimeClasses RuntimeClasses
 	// Cgroups makes or adopts each pod's cgroup before its sandbox is made; nil leaves
 	// the cgroups to the runtime.
 	Cgroups Cgroups
