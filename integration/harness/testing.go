@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 // $UNITLET_KEEP_STACK is set. A stack that does not come up fails the package with the
 // components' logs.
 func Main(m *testing.M, repo string, setShared func(*Harness)) int {
+	keepInheritedFilesFromChildren()
 	stack := os.Getenv("UNITLET_STACK")
 	if stack == "" {
 		stack = filepath.Join(repo, "integration", "stacks", "single-node.yaml")
@@ -182,5 +184,20 @@ func (h *Harness) CheckCIS(t testing.TB, node string, within time.Duration) []CI
 		}
 		t.Logf("unitletctl cis on %s: %d check(s) fail; asking again in 5 s", node, failed)
 		time.Sleep(5 * time.Second)
+	}
+}
+
+// keepInheritedFilesFromChildren marks the descriptors the test binary inherited above
+// stderr close-on-exec, so that the stack's daemons do not hold them: a lock taken around
+// `go test` (flock) would otherwise stay held by a stack left up after a crash.
+func keepInheritedFilesFromChildren() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
 	}
 }
