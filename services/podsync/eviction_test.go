@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,10 +21,12 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
@@ -296,5 +300,33 @@ func TestEvictionCheckAsksAgainLater(t *testing.T) {
 	}
 	if r, why = e.verdict(pod); !r.Admit || !strings.HasPrefix(why, "unitlet-eviction is not running (no socket at ") || rt.calls != 3 {
 		t.Errorf("without the socket: admit %v, %q after %d calls, want no call", r.Admit, why, rt.calls)
+	}
+}
+
+// TestRunningPodsAreNotTurnedAwayForPressureAfterARestart: after a restart of podsync, a pod
+// the runtime already runs is admitted again without asking unitlet-eviction, which would
+// refuse it under pressure; a new pod is asked, and refused.
+func TestRunningPodsAreNotTurnedAwayForPressureAfterARestart(t *testing.T) {
+	ev := &fakeEviction{refuse: map[string]string{"was-running": diskPressure, "new": diskPressure}}
+	f := evictionFixture(t, serveEviction(t, socketDir(t), ev))
+	old := newPod("was-running", 1)
+	sb := f.cri.addSandbox(t, old, true, 1)
+	f.cri.addContainer(t, old, "app", "busybox", sb, runtimeapi.ContainerState_CONTAINER_RUNNING, 1)
+	r := relist.New(f.cri, time.Second, f.clk, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), f.s.RuntimeChanged)
+	if err := r.Relist(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.s.Attach(f.m, r)
+	f.s.SetPods("api", []*corev1.Pod{old, newPod("new", 2)})
+
+	l := waitListed(t, f.s, "the new pod refused", func(l map[string]*podsyncv1.Pod) bool { return l["new"] != nil && l["new"].Terminated })
+	if st := podStatus(t, l["new"]); st.Reason != "Evicted" {
+		t.Errorf("new: reason %q, want Evicted", st.Reason)
+	}
+	if !f.m.Known(old.UID) {
+		t.Error("the pod the runtime runs was not admitted again")
+	}
+	if got := ev.askedAbout(); !slices.Equal(got, []string{"new"}) {
+		t.Errorf("eviction was asked about %v, want only the new pod", got)
 	}
 }

@@ -134,6 +134,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	workers := podworker.NewManager(wo)
 	cg.active = workers.Active
 	svc.Attach(workers, relister)
+	// The runtime's pods before any source delivers one: admission must know which pods an
+	// earlier podsync admitted (they run) before it sees them again.
+	if err := relister.Relist(ctx); err != nil {
+		log.Warn("the first relist failed: pods the runtime runs are admitted again as new ones", "err", err)
+	}
 	health := newRuntimeHealth(rt, relister)
 	images := newImageGC(ctx, kc, rt, clk, reg, log)
 	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, log: log.With("component", "reclaim")}

@@ -249,9 +249,12 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		}
 	}
 	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls, s.runtime)
-	if r.Admit && s.eviction != nil {
+	if r.Admit && s.eviction != nil && !s.running(p.UID) {
 		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
-		// are asked too: it is eviction that lets critical pods in.
+		// are asked too: it is eviction that lets critical pods in. A pod the runtime
+		// already runs was admitted by an earlier podsync: a restart of podsync must not
+		// turn it away for pressure (the kubelet's eviction manager has no verdict yet when
+		// the kubelet re-admits its pods at start; eviction itself decides what goes).
 		v, unchecked := s.eviction.verdict(p)
 		if unchecked != "" && s.events != nil {
 			s.events.Event(p, corev1.EventTypeNormal, "AdmittedWithoutEvictionCheck", "Admitted without a node-pressure check: "+unchecked)
@@ -273,6 +276,11 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	}
 	s.admitted[p.UID] = true
 	s.workers.Update(p, source)
+}
+
+// running reports whether the runtime has a sandbox of the pod (at the last relist).
+func (s *Service) running(uid types.UID) bool {
+	return s.relister != nil && s.relister.Pod(uid) != nil
 }
 
 // terminal reports whether an admitted pod has finished (it no longer counts against the
