@@ -3,6 +3,8 @@ package harnesstest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -126,6 +128,16 @@ func TestNodeAdmissionUsesTheAPIsNodeLabels(t *testing.T) {
 	elsewhere := busyboxPod("zone-elsewhere", "sleep 3600")
 	elsewhere.Spec.NodeSelector = map[string]string{testZoneLabel: "b"}
 	rejectedWith(t, createPod(t, elsewhere), "NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector")
+	// The log names the view of the node it was judged against.
+	stack.WaitFor(t, 10*time.Second, "podsync's log of the rejection against the API's Node", func(ctx context.Context) (bool, string) {
+		out, err := stack.Exec(podsyncNode, []string{"journalctl", "-u", "unitlet-podsync", "-o", "cat", "--no-pager"}).CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "pod rejected by admission") && strings.Contains(l, elsewhere.Name) {
+				return strings.Contains(l, "node=api") || strings.Contains(l, `"node":"api"`), l
+			}
+		}
+		return false, fmt.Sprintf("no rejection of %s in the log (%v)", elsewhere.Name, err)
+	})
 
 	// Restarted, podsync readmits its pods against the API's Node, not its local view
 	// (which has no such label), so it keeps them: a rejected pod would be Failed.
@@ -198,4 +210,42 @@ func stackPID(t *testing.T, name string) int {
 	}
 	t.Fatalf("no %s in the stack (%s)", name, strings.Join(names, ", "))
 	return 0
+}
+
+// TestNodeAdmissionKeepsTheLastNodeWhileTheAPIServerIsDown: with the API server
+// unreachable, podsync admits a static pod selecting a label of the Node in the API
+// against the last Node it saw, not its local view, which lacks the label.
+func TestNodeAdmissionKeepsTheLastNodeWhileTheAPIServerIsDown(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	labelNode(t, testZoneLabel, "a")
+	// podsync has seen the label once a pod selecting it runs.
+	seen := busyboxPod("zone-seen", "sleep 3600")
+	seen.Spec.NodeSelector = map[string]string{testZoneLabel: "a"}
+	createPod(t, seen)
+	containerOf(t, seen.Name)
+
+	// Stopped, not killed: its connections hang as they do when the server is unreachable.
+	api := stackPID(t, "kube-apiserver")
+	if err := syscall.Kill(api, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(api, syscall.SIGCONT) }()
+	manifest := filepath.Join(stack.NodeManifestDir(podsyncNode), "zone-static.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: zone-static
+spec:
+  nodeSelector: {"`+testZoneLabel+`": a}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: unitlet.local/busybox:1
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(manifest) })
+	containerOf(t, "zone-static-"+podsyncNode)
 }

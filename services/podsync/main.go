@@ -140,7 +140,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Image garbage collection by disk thresholds.
 	d.Go("image gc", images.Run)
 	// Node: the node's own Node in the API, which admission judges pods against.
-	d.Go("node", nodes.Run)
+	if client != nil {
+		d.Go("node", nodes.Run)
+	}
 	// Pod sources: the static pod directory, the static pod URL, the API server, each
 	// once the Node has synced.
 	for _, src := range afterNodeSync(podSources(kc, nodeName, client, svc, log), nodes) {

@@ -84,7 +84,7 @@ func newNodeView(local *corev1.Node, client kubernetes.Interface, log *slog.Logg
 	return v
 }
 
-// Run keeps the Node current until ctx ends.
+// Run keeps the Node current until ctx ends (standalone, it only waits for that).
 func (v *nodeView) Run(ctx context.Context) error {
 	if v.factory == nil {
 		<-ctx.Done()
@@ -141,7 +141,7 @@ func (v *nodeView) Get() (*corev1.Node, string) {
 	defer v.mu.Unlock()
 	if view != v.lastView {
 		v.lastView = view
-		v.log.Info("admission judges pods against "+view+" node", "node", v.name, "why", why)
+		v.log.Info("admission judges pods against another view of the node", "view", view, "node", v.name, "why", why)
 	}
 	return node, view
 }
