@@ -116,7 +116,7 @@ func (v *nodeView) WaitSynced(ctx context.Context, source string, bound time.Dur
 		return
 	}
 	if ctx.Err() == nil {
-		v.log.Warn("the Node informer has not synced in time: pods are admitted against the last Node seen or the local node until it does",
+		v.log.Warn("the Node informer has not synced in time: until it does, pods are admitted against the local node",
 			"source", source, "node", v.name, "waited", bound)
 	}
 }
