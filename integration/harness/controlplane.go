@@ -197,6 +197,9 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 					"--cluster-signing-cert-file="+f.ca.CertFile, "--cluster-signing-key-file="+f.ca.KeyFile,
 					"--root-ca-file="+f.ca.CertFile, "--service-account-private-key-file="+f.saKey,
 					"--use-service-account-credentials=true",
+					// "*" includes the taint eviction controller, which deletes pods
+					// that do not tolerate a node's NoExecute taints
+					// (TestNodeAdmissionNoExecuteTaints relies on it).
 					"--controllers=*,bootstrapsigner,tokencleaner",
 					"--leader-elect=false", "--v=1")
 			},

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -93,12 +92,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	nodes := newNodeView(node, client, log.With("component", "node"))
 	sysctls, err := admission.NewSysctls(admission.SafeSysctls(admission.KernelRelease()), kc.AllowedUnsafeSysctls)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
 	svc := NewService(ServiceOptions{
-		Log: log, Clock: clk, Registry: reg, Node: func() *corev1.Node { return node }, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
+		Log: log, Clock: clk, Registry: reg, Node: nodes.Get, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
 		Runtime:       admissionRuntime(ctx, rt, log),
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
@@ -162,8 +162,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
 	d.Go("image gc", images.Run)
-	// Pod sources: the static pod directory, the static pod URL, the API server.
-	for _, src := range podSources(kc, nodeName, client, svc, log) {
+	// Node: the node's own Node in the API, which admission judges pods against.
+	if client != nil {
+		d.Go("node", nodes.Run)
+	}
+	// Pod sources: the static pod directory, the static pod URL, the API server, each
+	// once the Node has synced.
+	for _, src := range afterNodeSync(podSources(kc, nodeName, client, svc, log), nodes) {
 		d.Go(src.name, src.run)
 	}
 	// Services: the cluster's services, for containers' service-link variables.

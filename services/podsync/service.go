@@ -39,7 +39,7 @@ type Service struct {
 	clk      clock.WithTicker
 	workers  *podworker.Manager
 	relister *relist.Relister
-	node     func() *corev1.Node
+	node     func() (*corev1.Node, string)
 	maxPods  int
 	sysctls  *admission.Sysctls
 	runtime  admission.Runtime
@@ -73,8 +73,9 @@ type ServiceOptions struct {
 	Log      *slog.Logger
 	Clock    clock.WithTicker
 	Registry prometheus.Registerer
-	// Node gives the node as admission sees it.
-	Node    func() *corev1.Node
+	// Node gives the node admission judges pods against, and which view of it that is
+	// (the API server's Node or the local one), for the log.
+	Node    func() (*corev1.Node, string)
 	MaxPods int
 	// Sysctls is the sysctl allowlist admission applies (nil: the kernel's safe sysctls).
 	Sysctls *admission.Sysctls
@@ -248,7 +249,8 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 			active = append(active, q)
 		}
 	}
-	r := admission.Admit(p, s.node(), active, s.maxPods, s.sysctls, s.runtime)
+	node, view := s.node()
+	r := admission.Admit(p, node, active, s.maxPods, s.sysctls, s.runtime)
 	if r.Admit && s.eviction != nil && !s.running(p.UID) {
 		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
 		// are asked too: it is eviction that lets critical pods in. A pod the runtime
@@ -265,7 +267,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	}
 	if !r.Admit {
 		s.metrics.rejected.WithLabelValues(r.Reason).Inc()
-		s.log.Info("pod rejected by admission", "pod", p.Namespace+"/"+p.Name, "reason", r.Reason, "message", r.Message)
+		s.log.Info("pod rejected by admission", "pod", p.Namespace+"/"+p.Name, "node", view, "reason", r.Reason, "message", r.Message)
 		s.rejected[p.UID] = r
 		st := admission.Reject(p, r)
 		o := s.observedLocked(p, source)
@@ -274,6 +276,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		s.publishLocked(o)
 		return
 	}
+	s.log.Debug("pod admitted", "pod", p.Namespace+"/"+p.Name, "node", view)
 	s.admitted[p.UID] = true
 	s.workers.Update(p, source)
 }

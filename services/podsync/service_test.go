@@ -181,7 +181,8 @@ func (f *fakeCRI) podsOf() []string {
 	return out
 }
 
-func testNode() *corev1.Node {
+// testNode is the node admission judges pods against, as the local view.
+func testNode() (*corev1.Node, string) {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "node1"},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
@@ -189,7 +190,7 @@ func testNode() *corev1.Node {
 			corev1.ResourceMemory: resource.MustParse("8Gi"),
 			corev1.ResourcePods:   resource.MustParse("110"),
 		}},
-	}
+	}, viewLocal
 }
 
 func newPod(name string, created int64) *corev1.Pod {

@@ -46,8 +46,30 @@ func podSources(kc *kubeletv1beta1.KubeletConfiguration, nodeName string, client
 		}})
 	}
 	if client != nil {
-		out = append(out, source{"API pods", func(ctx context.Context) error {
+		out = append(out, source{apiSourceName, func(ctx context.Context) error {
 			return podsource.WatchAPI(ctx, client, nodeName, svc, svc, log.With("component", "source-api"))
+		}})
+	}
+	return out
+}
+
+// apiSourceName is the API server source's loop.
+const apiSourceName = "API pods"
+
+// afterNodeSync makes each source wait for nodes to sync before it gives its pods, so
+// that pods are admitted against the Node in the API, after a restart too: the API
+// source as long as it takes (it needs the same API server), the static sources at most
+// staticSourceSyncBound.
+func afterNodeSync(sources []source, nodes *nodeView) []source {
+	out := make([]source, 0, len(sources))
+	for _, src := range sources {
+		bound := staticSourceSyncBound
+		if src.name == apiSourceName {
+			bound = 0
+		}
+		out = append(out, source{src.name, func(ctx context.Context) error {
+			nodes.WaitSynced(ctx, src.name, bound)
+			return src.run(ctx)
 		}})
 	}
 	return out
