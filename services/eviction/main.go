@@ -14,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
-	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	"github.com/unitlet/unitlet/services/eviction/observe"
 	"github.com/unitlet/unitlet/services/eviction/policy"
-	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -134,37 +132,15 @@ func allocatableMemory(nc *nodeconfig.Config, rootDir string, log *slog.Logger) 
 // followConfig applies each new generation of the node configuration's thresholds. One
 // that does not parse keeps the thresholds in force, with a log line naming the field.
 func followConfig(ctx context.Context, socketDir string, after uint64, m *Manager, log *slog.Logger) error {
-	conn, err := bus.Dial(socketDir, "config")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	client := configv1.NewConfigServiceClient(conn)
-	open := func(ctx context.Context, after uint64) (bus.Stream[*configv1.WatchConfigResponse], error) {
-		return client.WatchConfig(ctx, &configv1.WatchConfigRequest{AfterGeneration: after})
-	}
-	err = bus.Resume(ctx, open,
-		func(r *configv1.WatchConfigResponse) uint64 { return r.GetConfig().GetGeneration() },
-		func(r *configv1.WatchConfigResponse) error {
-			nc, err := nodeconfig.Decode(r.GetConfig())
-			if err != nil {
-				log.Error("a new node configuration does not decode; the thresholds in force stay", "err", err)
-				return nil
-			}
-			cfg, err := policy.Parse(nc.KubeletConfiguration)
-			if err != nil {
-				log.Error("the new node configuration's eviction settings are invalid; the thresholds in force stay", "generation", nc.Generation, "err", err)
-				return nil
-			}
-			log.Info("eviction thresholds reloaded", "generation", nc.Generation, "thresholds", len(cfg.Thresholds))
-			m.SetConfig(cfg)
-			return nil
-		},
-		bus.ResumeOptions{After: after})
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+	return nodeconfig.Follow(ctx, socketDir, after, func(nc *nodeconfig.Config) {
+		cfg, err := policy.Parse(nc.KubeletConfiguration)
+		if err != nil {
+			log.Error("the new node configuration's eviction settings are invalid; the thresholds in force stay", "generation", nc.Generation, "err", err)
+			return
+		}
+		log.Info("eviction thresholds reloaded", "generation", nc.Generation, "thresholds", len(cfg.Thresholds))
+		m.SetConfig(cfg)
+	}, log)
 }
 
 // notifyMemory wakes the manager when memory.available falls below the first memory

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,4 +68,35 @@ func (c *Config) Identity() nodeinfo.Identity {
 		id.Taints = append(id.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 	}
 	return id
+}
+
+// Follow calls apply with each generation of the configuration after the given one, until
+// ctx ends (then it returns nil). A generation that does not decode is logged and skipped.
+// The watch resumes after unitlet-config restarts.
+func Follow(ctx context.Context, socketDir string, after uint64, apply func(*Config), log *slog.Logger) error {
+	conn, err := bus.Dial(socketDir, "config")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := configv1.NewConfigServiceClient(conn)
+	open := func(ctx context.Context, after uint64) (bus.Stream[*configv1.WatchConfigResponse], error) {
+		return client.WatchConfig(ctx, &configv1.WatchConfigRequest{AfterGeneration: after})
+	}
+	err = bus.Resume(ctx, open,
+		func(r *configv1.WatchConfigResponse) uint64 { return r.GetConfig().GetGeneration() },
+		func(r *configv1.WatchConfigResponse) error {
+			nc, err := Decode(r.GetConfig())
+			if err != nil {
+				log.Error("a new node configuration does not decode; the settings in force stay", "err", err)
+				return nil
+			}
+			apply(nc)
+			return nil
+		},
+		bus.ResumeOptions{After: after})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
