@@ -12,6 +12,7 @@ import (
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
+	"github.com/unitlet/unitlet/services/podsync/containerlogs"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
@@ -91,6 +92,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	logPolicy, err := containerlogs.PolicyOf(kc)
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+	logs := containerlogs.New(rt, containerlogs.LinkDir, logPolicy, clk, reg, log.With("component", "containerlogs"))
 	sysctls, err := admission.NewSysctls(admission.SafeSysctls(admission.KernelRelease()), kc.AllowedUnsafeSysctls)
 	if err != nil {
 		return daemon.ConfigError(err)
@@ -105,6 +111,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
 	wo := workerOptions(nc, node, machine, rt, relister, client, probes, volumes, events, svc, clk, reg, log)
+	wo.Runtime = loggedRuntime{Runtime: rt, logs: logs, log: log}
 	wo.CRI.CgroupParent = cg.Parent
 	wo.Cgroups = cg
 	var services *serviceLister
@@ -118,7 +125,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	svc.Attach(workers, relister)
 	health := newRuntimeHealth(rt, relister)
 	images := newImageGC(ctx, kc, rt, clk, reg, log)
-	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, log: log.With("component", "reclaim")}
+	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, logs: logs, log: log.With("component", "reclaim")}
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
 	for _, m := range []string{"KillPod", "GetStreamingURL", "ReclaimDisk"} {
 		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
@@ -139,6 +146,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
 	d.Go("image gc", images.Run)
+	// Container logs: rotation by size, links in /var/log/containers; the policy follows
+	// the node configuration.
+	d.Go("container logs", logs.Run)
+	d.Go("config", func(ctx context.Context) error { return followLogPolicy(ctx, cfg.SocketDir, nc.Generation, logs, log) })
 	// Pod sources: the static pod directory, the static pod URL, the API server.
 	for _, src := range podSources(kc, nodeName, client, svc, log) {
 		d.Go(src.name, src.run)

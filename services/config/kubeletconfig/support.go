@@ -74,6 +74,10 @@ var appliedBy = map[string]string{
 	"enforceNodeAllocatable":           "podsync: the kubepods, system-reserved and kube-reserved cgroups' limits",
 	"systemReservedCgroup":             "podsync (enforceNodeAllocatable system-reserved)",
 	"kubeReservedCgroup":               "podsync (enforceNodeAllocatable kube-reserved)",
+	"containerLogMaxSize":              "podsync: container log rotation, changes applied live",
+	"containerLogMaxFiles":             "podsync: container log rotation, changes applied live",
+	"containerLogMaxWorkers":           "podsync: container log rotation, changes applied live",
+	"containerLogMonitorInterval":      "podsync: container log rotation, changes applied live",
 	"reservedSystemCPUs":               "status (node allocatable), podsync (the kubepods cgroup's CPU); no CPU pinning",
 }
 
@@ -121,10 +125,6 @@ var notApplied = []string{
 	"featureGates",
 	"failSwapOn",
 	"memorySwap",
-	"containerLogMaxSize",
-	"containerLogMaxFiles",
-	"containerLogMaxWorkers",
-	"containerLogMonitorInterval",
 	"configMapAndSecretChangeDetectionStrategy",
 	"showHiddenMetricsForVersion",
 	"volumePluginDir",

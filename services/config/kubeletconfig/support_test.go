@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
-	"k8s.io/utils/ptr"
 )
 
 // jsonNames are the KubeletConfiguration's fields by JSON name, in the type's order.
@@ -80,10 +79,10 @@ func TestNotAppliedFieldsAreReported(t *testing.T) {
 	if w := NotApplied(&c); len(w) != 0 {
 		t.Fatalf("the defaults: %q, want no warning", w)
 	}
-	c.ContainerLogMaxFiles = ptr.To[int32](9) // not applied: log rotation is to come
-	c.MaxPods = 7                             // applied
+	c.MaxOpenFiles = 9 // not applied
+	c.MaxPods = 7      // applied
 	w := NotApplied(&c)
-	if len(w) != 1 || !strings.HasPrefix(w[0], "containerLogMaxFiles is set to 9, but unitlet does not apply it yet") {
-		t.Errorf("warnings %q, want one naming containerLogMaxFiles", w)
+	if len(w) != 1 || !strings.HasPrefix(w[0], "maxOpenFiles is set to 9, but unitlet does not apply it yet") {
+		t.Errorf("warnings %q, want one naming maxOpenFiles", w)
 	}
 }
