@@ -28,7 +28,7 @@ func (r loggedRuntime) StartContainer(ctx context.Context, in *runtimeapi.StartC
 	}
 	// As the kubelet, a link that cannot be made is logged; the container runs.
 	if err := r.logs.Started(ctx, in.GetContainerId()); err != nil {
-		r.log.Warn("link a container's log in "+containerlogs.LinkDir, "container", in.GetContainerId(), "err", err)
+		r.log.Warn("link a container's log for log shippers", "container", in.GetContainerId(), "err", err)
 	}
 	return resp, nil
 }

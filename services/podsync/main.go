@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,9 @@ type Config struct {
 	// CgroupMount is where the cgroup filesystem is mounted: the v2 hierarchy, or the v1
 	// controllers' directories.
 	CgroupMount string `env:"CGROUP_MOUNT" envDefault:"/sys/fs/cgroup"`
+	// ContainerLogLinkDir is where containers' logs are linked for log shippers, as the
+	// kubelet links them in /var/log/containers.
+	ContainerLogLinkDir string `env:"CONTAINER_LOG_LINK_DIR" envDefault:"/var/log/containers"`
 }
 
 // Command is unitlet-podsync's main.
@@ -92,11 +96,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if !filepath.IsAbs(cfg.ContainerLogLinkDir) {
+		return daemon.ConfigError(fmt.Errorf("UNITLET_CONTAINER_LOG_LINK_DIR %q: must be an absolute path", cfg.ContainerLogLinkDir))
+	}
 	logPolicy, err := containerlogs.PolicyOf(kc)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
-	logs := containerlogs.New(rt, containerlogs.LinkDir, logPolicy, clk, reg, log.With("component", "containerlogs"))
+	logs := containerlogs.New(rt, cfg.ContainerLogLinkDir, logPolicy, clk, reg, log.With("component", "containerlogs"))
 	sysctls, err := admission.NewSysctls(admission.SafeSysctls(admission.KernelRelease()), kc.AllowedUnsafeSysctls)
 	if err != nil {
 		return daemon.ConfigError(err)

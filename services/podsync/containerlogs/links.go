@@ -9,9 +9,6 @@ import (
 	"strings"
 )
 
-// LinkDir is where the kubelet links containers' logs for log shippers.
-const LinkDir = "/var/log/containers"
-
 // maxNameLen is the longest file name ext4 takes; longer link names are cut, as the
 // kubelet cuts them.
 const maxNameLen = 255

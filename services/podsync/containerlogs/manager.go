@@ -34,7 +34,7 @@ type Runtime interface {
 }
 
 // Manager rotates the running containers' logs, removes removed containers' log files and
-// keeps the links in LinkDir.
+// keeps the links to the logs in a directory.
 type Manager struct {
 	rt      Runtime
 	linkDir string
@@ -52,7 +52,7 @@ type Manager struct {
 	changed  chan struct{}
 }
 
-// New returns a manager that rotates by p and links in linkDir (LinkDir on a node); its
+// New returns a manager that rotates by p and links in linkDir (/var/log/containers); its
 // metrics go to reg (nil: none).
 func New(rt Runtime, linkDir string, p Policy, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) *Manager {
 	m := &Manager{
