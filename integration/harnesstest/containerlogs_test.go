@@ -227,3 +227,42 @@ func TestContainerLogLinksOfGoneContainersCleanedAfterRestart(t *testing.T) {
 		t.Errorf("the running container's link %s -> %q after the restart, want its log", live, got)
 	}
 }
+
+// TestContainerLogPolicyFollowsTheConfiguration changes containerLogMaxSize on node-1 with
+// a drop-in in /etc/unitlet/config.d, which unitlet-config reloads: podsync, not
+// restarted, stops rotating a 5 MB log at 1Gi, and rotates it once the drop-in is gone.
+func TestContainerLogPolicyFollowsTheConfiguration(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	const dropIn = "/etc/unitlet/config.d/90-container-logs-test.conf"
+	changes := func() int {
+		out := stack.InNode(t, podsyncNode, "sh", "-c", "journalctl -u unitlet-podsync --no-pager -o cat | grep -c 'container log rotation policy changed' || true")
+		n, _ := strconv.Atoi(out)
+		return n
+	}
+	before := changes()
+	stack.InNode(t, podsyncNode, "sh", "-c", "printf 'apiVersion: kubelet.config.k8s.io/v1beta1\\nkind: KubeletConfiguration\\ncontainerLogMaxSize: 1Gi\\n' > "+dropIn+".tmp && chmod 0600 "+dropIn+".tmp && mv "+dropIn+".tmp "+dropIn)
+	t.Cleanup(func() { _ = stack.Exec(podsyncNode, []string{"rm", "-f", dropIn}).Run() })
+	stack.WaitFor(t, time.Minute, "podsync applies containerLogMaxSize 1Gi", func(context.Context) (bool, string) {
+		n := changes()
+		return n > before, fmt.Sprintf("%d policy changes logged", n)
+	})
+
+	createPod(t, busyboxPod("logpolicy", `awk 'BEGIN { for (i = 1; i <= 50000; i++) printf "%08d %090d\n", i, 0 }'; sleep 3600`))
+	pod := apiPodRunningReady(t, "logpolicy", time.Minute)
+	logPath := containerLogPath(t, strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	stack.WaitFor(t, time.Minute, "the 5 MB written", func(context.Context) (bool, string) {
+		info, err := os.Stat(logPath)
+		return err == nil && info.Size() >= 5_000_000, fmt.Sprint(info, err)
+	})
+	// Three checks (3 s each) at 1Gi: no rotation.
+	time.Sleep(10 * time.Second)
+	if rotated, _ := filepath.Glob(logPath + ".*"); len(rotated) != 0 {
+		t.Fatalf("rotated at containerLogMaxSize 1Gi: %q", rotated)
+	}
+
+	stack.InNode(t, podsyncNode, "rm", dropIn)
+	stack.WaitFor(t, time.Minute, "the 5 MB log rotated at the stack's 1Mi again", func(context.Context) (bool, string) {
+		rotated, _ := filepath.Glob(logPath + ".*")
+		return len(rotated) > 0, fmt.Sprintf("rotated files %q, %d policy changes logged", rotated, changes())
+	})
+}
