@@ -58,6 +58,10 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 				if n.CertificateLifetime != "" && (svc == "config" || svc == "certs") {
 					env = append(env, "UNITLET_CERTIFICATE_LIFETIME="+n.CertificateLifetime)
 				}
+				if svc == "podsync" {
+					// The node's container log links, not the host's /var/log/containers.
+					env = append(env, "UNITLET_CONTAINER_LOG_LINK_DIR="+filepath.Join(dir, "log-links"))
+				}
 				bin := filepath.Join(h.binDir(), "unitlet-"+svc)
 				if svc != "config" {
 					// The other services read everything from unitlet-config.

@@ -69,19 +69,11 @@ func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) 
 // stdinOnce) as soon as the client's stdin closes, before the container's answer.
 func kubectlInput(ctx context.Context, t *testing.T, input string, args ...string) (string, error) {
 	t.Helper()
-	repo, err := integration.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := harness.EnsureBinaries(repo, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, bins.Kubectl, append([]string{"--kubeconfig=" + stack.AdminKubeconfig()}, args...)...)
+	cmd := kubectlCmd(ctx, t, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if input == "" {
-		err = cmd.Run()
+		err := cmd.Run()
 		return out.String(), err
 	}
 	stdin, err := cmd.StdinPipe()
@@ -94,6 +86,20 @@ func kubectlInput(ctx context.Context, t *testing.T, input string, args ...strin
 	_, _ = io.WriteString(stdin, input)
 	err = cmd.Wait()
 	return out.String(), err
+}
+
+// kubectlCmd is the stack's kubectl as the cluster admin, with args.
+func kubectlCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	repo, err := integration.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := harness.EnsureBinaries(repo, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec.CommandContext(ctx, bins.Kubectl, append([]string{"--kubeconfig=" + stack.AdminKubeconfig()}, args...)...)
 }
 
 // apiPodRunningReady waits until the API server's copy of a pod is Running and Ready: what

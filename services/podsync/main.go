@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -12,6 +13,7 @@ import (
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
+	"github.com/unitlet/unitlet/services/podsync/containerlogs"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
@@ -36,6 +38,9 @@ type Config struct {
 	// CgroupMount is where the cgroup filesystem is mounted: the v2 hierarchy, or the v1
 	// controllers' directories.
 	CgroupMount string `env:"CGROUP_MOUNT" envDefault:"/sys/fs/cgroup"`
+	// ContainerLogLinkDir is where containers' logs are linked for log shippers, as the
+	// kubelet links them in /var/log/containers.
+	ContainerLogLinkDir string `env:"CONTAINER_LOG_LINK_DIR" envDefault:"/var/log/containers"`
 }
 
 // Command is unitlet-podsync's main.
@@ -93,6 +98,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	nodes := newNodeView(node, client, log.With("component", "node"))
+	if !filepath.IsAbs(cfg.ContainerLogLinkDir) {
+		return daemon.ConfigError(fmt.Errorf("UNITLET_CONTAINER_LOG_LINK_DIR %q: must be an absolute path", cfg.ContainerLogLinkDir))
+	}
+	logPolicy, err := containerlogs.PolicyOf(kc)
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+	logs := containerlogs.New(rt, cfg.ContainerLogLinkDir, logPolicy, clk, reg, log.With("component", "containerlogs"))
 	sysctls, err := admission.NewSysctls(admission.SafeSysctls(admission.KernelRelease()), kc.AllowedUnsafeSysctls)
 	if err != nil {
 		return daemon.ConfigError(err)
@@ -116,6 +129,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		wo.CredentialProviders = plugins
 	}
+	wo.Runtime = loggedRuntime{Runtime: rt, logs: logs, log: log}
 	wo.CRI.CgroupParent = cg.Parent
 	// As the kubelet: on cgroup v2 the kernel kills a container's processes together on
 	// OOM unless singleProcessOOMKill (unitlet-config refuses false on v1).
@@ -141,7 +155,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	health := newRuntimeHealth(rt, relister)
 	images := newImageGC(ctx, kc, rt, clk, reg, log)
-	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, log: log.With("component", "reclaim")}
+	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, logs: logs, log: log.With("component", "reclaim")}
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
 	for _, m := range []string{"KillPod", "GetStreamingURL", "ReclaimDisk"} {
 		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
@@ -166,6 +180,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if client != nil {
 		d.Go("node", nodes.Run)
 	}
+	// Container logs: rotation by size, links in /var/log/containers.
+	d.Go("container logs", logs.Run)
 	// Pod sources: the static pod directory, the static pod URL, the API server, each
 	// once the Node has synced.
 	for _, src := range afterNodeSync(podSources(kc, nodeName, client, svc, log), nodes) {
@@ -185,7 +201,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		d.Go("mirror pods", func(ctx context.Context) error { return svc.ReconcileMirrors(ctx, mirrors) })
 	}
 	// A new configuration generation that changes what this service applies at start
-	// restarts it (systemd starts it again); other generations are taken as they come.
-	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
+	// restarts it (systemd starts it again); the container log policy follows it live.
+	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, applyLogPolicy(logs, log), log))
 	return d.Run(ctx)
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 
@@ -26,6 +24,11 @@ type reclaimRuntime interface {
 	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
 	StopPodSandbox(ctx context.Context, in *runtimeapi.StopPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error)
 	RemovePodSandbox(ctx context.Context, in *runtimeapi.RemovePodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error)
+}
+
+// containerLogs removes a container's log files and link (containerlogs.Manager).
+type containerLogs interface {
+	Removing(ctx context.Context, id string) error
 }
 
 // unusedImages removes the images no container uses (imagegc.Manager).
@@ -56,8 +59,10 @@ type diskReclaimer struct {
 	rt     reclaimRuntime
 	pods   podStates
 	images unusedImages // nil: no image removal
-	log    *slog.Logger
-	mu     sync.Mutex // one reclaim at a time
+	// logs removes a container's log files and link before the container goes.
+	logs containerLogs
+	log  *slog.Logger
+	mu   sync.Mutex // one reclaim at a time
 }
 
 // Reclaim removes the dead containers and sandboxes, and with images every unused image
@@ -132,8 +137,8 @@ func (r *diskReclaimer) removeDeadContainers(ctx context.Context) (int, error) {
 	return removed, nil
 }
 
-// removeContainer removes a dead container and its log files (the runtime leaves them):
-// a container in an unknown state is stopped first.
+// removeContainer removes a dead container and, first, its log files and link (the
+// runtime leaves them): a container in an unknown state is stopped first.
 func (r *diskReclaimer) removeContainer(ctx context.Context, c *runtimeapi.Container) bool {
 	log := r.log.With("container", c.GetId(), "name", c.GetMetadata().GetName(), "pod", c.GetLabels()[criconfig.LabelPodNamespace]+"/"+c.GetLabels()[criconfig.LabelPodName])
 	if c.GetState() == runtimeapi.ContainerState_CONTAINER_UNKNOWN {
@@ -142,31 +147,16 @@ func (r *diskReclaimer) removeContainer(ctx context.Context, c *runtimeapi.Conta
 			return false
 		}
 	}
-	logPath := ""
-	if st, err := r.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()}); err == nil {
-		logPath = st.GetStatus().GetLogPath()
+	if err := r.logs.Removing(ctx, c.GetId()); err != nil {
+		log.Warn("remove a dead container's logs", "err", err)
+		return false
 	}
 	if _, err := r.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.GetId()}); err != nil {
 		log.Warn("remove a dead container", "err", err)
 		return false
 	}
 	log.Debug("removed a dead container")
-	removeLogs(logPath, log)
 	return true
-}
-
-// removeLogs removes a removed container's log file and its rotated copies
-// (<log>.<suffix>), as the kubelet does when it removes a container.
-func removeLogs(path string, log *slog.Logger) {
-	if !filepath.IsAbs(path) {
-		return
-	}
-	rotated, _ := filepath.Glob(path + ".*")
-	for _, p := range append([]string{path}, rotated...) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			log.Warn("remove a dead container's log", "path", p, "err", err)
-		}
-	}
 }
 
 // removeDeadSandboxes removes the sandboxes that are not ready and hold no container: of

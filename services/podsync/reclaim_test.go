@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/services/podsync/containerlogs"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/imagegc"
 )
@@ -64,6 +65,11 @@ func (f *fakeCRI) ContainerStatus(_ context.Context, in *runtimeapi.ContainerSta
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
 		Id: in.ContainerId, State: c.state, LogPath: f.logPathLocked(c),
 	}}, nil
+}
+
+// ReopenContainerLog is not offered: reclaim never reopens a log.
+func (f *fakeCRI) ReopenContainerLog(context.Context, *runtimeapi.ReopenContainerLogRequest, ...grpc.CallOption) (*runtimeapi.ReopenContainerLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "ReopenContainerLog")
 }
 
 func (f *fakeCRI) logPathLocked(c *fakeCtr) string {
@@ -185,12 +191,13 @@ type reclaimNode struct {
 	runsRunning, runsNewestDead, runsOldestDead, runsOldSandbox string
 	runsOldestDeadLog, runsNewestDeadLog                        string
 	orphanRunning, orphanSandbox                                string
+	linkDir                                                     string
 }
 
 func newReclaimNode(t *testing.T) *reclaimNode {
 	t.Helper()
 	f := newServiceFixture(t, 0)
-	n := &reclaimNode{serviceFixture: f, runs: newPod("runs", 1), done: newPod("done", 2), gone: newPod("gone", 3), orphan: newPod("orphan", 4)}
+	n := &reclaimNode{serviceFixture: f, runs: newPod("runs", 1), done: newPod("done", 2), gone: newPod("gone", 3), orphan: newPod("orphan", 4), linkDir: t.TempDir()}
 	n.done.Spec.Containers[0].Image = "job:1"
 	f.s.SetPods("api", []*corev1.Pod{n.runs, n.done})
 	waitListed(t, f.s, "runs and done running", func(l map[string]*podsyncv1.Pod) bool { return running(t, l["runs"]) && running(t, l["done"]) })
@@ -230,7 +237,8 @@ func newReclaimNode(t *testing.T) *reclaimNode {
 func (n *reclaimNode) server() *Server {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gc := imagegc.New(n.images, imagegc.Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, Keep: []string{"pause:1"}}, n.clk, nil, log)
-	return NewServer(n.s, nil, nil, &diskReclaimer{rt: n.cri, pods: n.s, images: gc, log: log})
+	logs := containerlogs.New(n.cri, n.linkDir, containerlogs.Policy{}, n.clk, nil, log)
+	return NewServer(n.s, nil, nil, &diskReclaimer{rt: n.cri, pods: n.s, images: gc, logs: logs, log: log})
 }
 
 func exists(path string) bool {

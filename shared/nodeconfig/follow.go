@@ -42,6 +42,7 @@ var Uses = map[string][]string{
 		"port", "clusterDomain", "clusterDNS", "resolvConf", "imageMinimumGCAge", "imageMaximumGCAge", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
 		"cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "systemReservedCgroup", "kubeReservedCgroup", "singleProcessOOMKill",
 		"seccompDefault", "allowedUnsafeSysctls", "registryPullQPS", "registryBurst", "serializeImagePulls", "maxParallelImagePulls", "featureGates",
+		"containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval",
 	}),
 	"status": join(apiClientFields, eventFields, criFields, nodeFields, []string{
 		"address", "port", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "serverTLSBootstrap",
@@ -57,6 +58,7 @@ var Uses = map[string][]string{
 
 // Live are the fields of Uses a service applies to a running process, by service.
 var Live = map[string][]string{
+	"podsync":  {"containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval"},
 	"eviction": {"evictionHard", "evictionSoft", "evictionSoftGracePeriod", "evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "evictionMinimumReclaim", "localStorageCapacityIsolation"},
 }
 

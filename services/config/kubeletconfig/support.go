@@ -78,6 +78,10 @@ var appliedBy = map[string]string{
 	"enforceNodeAllocatable":           "podsync: the kubepods, system-reserved and kube-reserved cgroups' limits",
 	"systemReservedCgroup":             "podsync (enforceNodeAllocatable system-reserved)",
 	"kubeReservedCgroup":               "podsync (enforceNodeAllocatable kube-reserved)",
+	"containerLogMaxSize":              "podsync: container log rotation, changes applied live",
+	"containerLogMaxFiles":             "podsync: container log rotation, changes applied live",
+	"containerLogMaxWorkers":           "podsync: container log rotation, changes applied live",
+	"containerLogMonitorInterval":      "podsync: container log rotation, changes applied live",
 	"reservedSystemCPUs":               "status (node allocatable), podsync (the kubepods cgroup's CPU); no CPU pinning",
 	"registryPullQPS":                  "podsync: image pulls",
 	"registryBurst":                    "podsync: image pulls",
@@ -149,10 +153,6 @@ var notSupported = map[string]unsupported{
 	"memoryReservationPolicy":                   {why: "unitlet does not set memory.min (the kubelet's alpha MemoryQoS)"},
 	"tracing":                                   {why: "unitlet exports no traces"},
 	"userNamespaces":                            {why: "pods with hostUsers: false are refused"},
-	"containerLogMaxSize":                       {why: "container logs are not rotated yet"},
-	"containerLogMaxFiles":                      {why: "container logs are not rotated yet"},
-	"containerLogMaxWorkers":                    {why: "container logs are not rotated yet"},
-	"containerLogMonitorInterval":               {why: "container logs are not rotated yet"},
 }
 
 // irrelevant are the fields that change nothing on a unitlet node, and why: any valid

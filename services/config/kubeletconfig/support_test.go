@@ -130,10 +130,6 @@ var unsupportedValues = map[string]string{
 	"memoryReservationPolicy":                   "TieredReservation",
 	"tracing":                                   "{endpoint: localhost:4317}",
 	"userNamespaces":                            "{idsPerPod: 131072}",
-	"containerLogMaxSize":                       "1Mi",
-	"containerLogMaxFiles":                      "3",
-	"containerLogMaxWorkers":                    "2",
-	"containerLogMonitorInterval":               "20s",
 }
 
 // Each field unitlet does not apply is refused with a value it would not honour, naming

@@ -283,8 +283,9 @@ func Validate(c *v1beta1.KubeletConfiguration) field.ErrorList {
 		add(field.Invalid(path("containerLogMaxFiles"), *p, "must be 2 or more"))
 	}
 	if c.ContainerLogMaxSize != "" {
-		if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
-			add(field.Invalid(path("containerLogMaxSize"), c.ContainerLogMaxSize, "must be a positive quantity such as 10Mi"))
+		q, err := resource.ParseQuantity(c.ContainerLogMaxSize)
+		if _, whole := q.AsInt64(); err != nil || q.Sign() <= 0 || !whole {
+			add(field.Invalid(path("containerLogMaxSize"), c.ContainerLogMaxSize, "must be a positive whole number of bytes such as 10Mi"))
 		}
 	}
 	if p := c.ContainerLogMaxWorkers; p != nil && *p < 1 {

@@ -98,7 +98,14 @@ func (r *Reader) ContainerLogs(ctx context.Context, namespace, pod, container st
 	}
 	lo := logOptions(opts, r.now())
 	lo.Follow = follow
-	if err := logs.ReadLogs(ctx, path, cl.ContainerID, lo, statusOnly{rt: r.rt}, stdout, stderr); err != nil {
+	read := func() error {
+		return logs.ReadLogs(ctx, path, cl.ContainerID, lo, statusOnly{rt: r.rt}, stdout, stderr)
+	}
+	if follow {
+		// Across rotations, without losing lines (follow.go).
+		read = func() error { return followLog(ctx, path, cl.ContainerID, lo, r.rt, stdout, stderr) }
+	}
+	if err := read(); err != nil {
 		return fmt.Errorf("read logs of container %q in pod %s/%s: %w", container, namespace, pod, err)
 	}
 	return nil

@@ -2,7 +2,9 @@ package podlogs
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,5 +290,91 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 			t.Fatalf("output %q never ended with %q", b.String(), want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestContainerLogsFollowAcrossRotations rotates the followed log twice in a row (renamed
+// to <log>.<stamp>, a new live file each time): the follower reads every line once, in
+// order, whenever it wakes.
+func TestContainerLogsFollowAcrossRotations(t *testing.T) {
+	r, rt, appPath := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stdout syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- r.ContainerLogs(ctx, "default", "web", "app", &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}, &stdout, &bytes.Buffer{})
+	}()
+	waitFor(t, &stdout, "last\n")
+	for _, stamp := range []string{"20261125-000001", "20261125-000002"} {
+		appendLine(t, appPath, "2016-10-06T00:17:20.000000000Z stdout F before "+stamp+"\n")
+		if err := os.Rename(appPath, appPath+"."+stamp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(appPath, []byte("2016-10-06T00:17:21.000000000Z stdout F after "+stamp+"\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendLine(t, appPath, "2016-10-06T00:17:22.000000000Z stdout F end\n")
+	waitFor(t, &stdout, "end\n")
+	rt.exited.Store(true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := "last\nbefore 20261125-000001\nafter 20261125-000001\nbefore 20261125-000002\nafter 20261125-000002\nend\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("followed %q, want %q", got, want)
+	}
+}
+
+// TestFollowReadsOnIntoACompressedFile: after a rotated file, the next one in time comes
+// next, through gzip when it was compressed; after the newest rotated file, the live one.
+func TestFollowReadsOnIntoACompressedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	write := func(name, content string, compressed bool) {
+		f, err := os.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var w io.Writer = f
+		if compressed {
+			zw := gzip.NewWriter(f)
+			defer zw.Close()
+			w = zw
+		}
+		if _, err := io.WriteString(w, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(path+".20261125-000001", "one\n", false)
+	write(path+".20261125-000002.gz", "two\n", true)
+	write(path+".20261125-000003", "three\n", false)
+	write(path, "live\n", false)
+	f, err := os.Open(path + ".20261125-000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &logFile{f: f, r: f, stamp: "20261125-000001"}
+	var got []string
+	for cur != nil {
+		b, err := io.ReadAll(cur.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(b))
+		next, err := successor(path, cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == nil {
+			break
+		}
+		cur.f.Close()
+		cur = next
+	}
+	cur.f.Close()
+	if strings.Join(got, "") != "one\ntwo\nthree\nlive\n" {
+		t.Errorf("read %q, want one, two (gzip), three, then the live file", got)
 	}
 }
