@@ -229,7 +229,9 @@ func (h *Harness) nodeDirsConfig(n Node) (string, error) {
 		"fileCheckFrequency: 20s\n" +
 		"cgroupRoot: " + root + "\n"
 	if n.NodeAPIPort != 0 {
-		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
+		// A stack beside another moves /healthz too: two below the node API, as the
+		// kubelet's 10248 is to 10250.
+		cfg += fmt.Sprintf("port: %d\nhealthzPort: %d\n", n.NodeAPIPort, n.NodeAPIPort-2)
 	}
 	return cfg, nil
 }

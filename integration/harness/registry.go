@@ -238,3 +238,14 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 	}
 	return " (" + r.Busybox + ")", nil
 }
+
+// ForgetImageName removes one name of an image from the stack's containerd, so that the
+// next pod using it pulls. Only that name goes: CRI's RemoveImage would remove every name
+// of the image, the test images the private one is a copy of among them.
+func (h *Harness) ForgetImageName(ctx context.Context, name string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", h.ContainerdSocket(), "-n", "k8s.io", "images", "rm", name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images rm %s: %v\n%s", name, err, out)
+	}
+	return nil
+}

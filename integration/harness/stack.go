@@ -68,7 +68,8 @@ type Node struct {
 	// drop-in (its units set their own loopback addresses otherwise).
 	Metrics map[string]string `json:"metrics,omitempty"`
 	// NodeAPIPort is the port of unitlet-status's node API (the config's port); 0 means the
-	// kubelet's 10250. A stack that runs beside another sets its own.
+	// kubelet's 10250. A stack that runs beside another sets its own; /healthz then moves
+	// to two below it (healthzPort).
 	NodeAPIPort int `json:"nodeAPIPort,omitempty"`
 	// HostServices are services of an nspawn node run as host processes beside the machine:
 	// unitlet-volumes, whose tmpfs mounts the stack's containerd (on the host) must see, and

@@ -245,7 +245,10 @@ func TestNodeOutlivesItsShortLivedCertificates(t *testing.T) {
 	if s := forced[certsv1.CertificateKind_CERTIFICATE_KIND_SERVING].GetNotAfter().AsTime(); s.After(expiry) {
 		expiry = s
 	}
-	createPod(t, tokenPod("certlife-before"))
+	// It runs through the tests that follow, one of which taints the node NoExecute.
+	pod := tokenPod("certlife-before")
+	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	createPod(t, pod)
 	before := apiPodRunningReady(t, "certlife-before", 2*time.Minute)
 	t.Logf("forced rotations: the certificates in use expire at %s; the check runs after the other tests", expiry.Format(time.RFC3339))
 

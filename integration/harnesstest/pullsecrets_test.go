@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/integration/harness"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -30,13 +29,8 @@ func privateRegistry(t *testing.T) *harness.RegistryAccess {
 
 func forgetImage(t *testing.T, image string) {
 	t.Helper()
-	rt, err := stack.CRI()
-	if err != nil {
+	if err := stack.ForgetImageName(context.Background(), image); err != nil {
 		t.Fatal(err)
-	}
-	defer rt.Close()
-	if _, err := rt.Images.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}); err != nil {
-		t.Fatalf("remove image %s: %v", image, err)
 	}
 }
 
