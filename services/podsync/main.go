@@ -129,6 +129,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		wo.CredentialProviders = plugins
 	}
+	records, err := openPullRecords(ctx, kc, nc.Paths.GetRootDir(), rt, reg, log.With("component", "pullrecords"))
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+	wo.PullRecords = records
 	wo.Runtime = loggedRuntime{Runtime: rt, logs: logs, log: log}
 	wo.CRI.CgroupParent = cg.Parent
 	// As the kubelet: on cgroup v2 the kernel kills a container's processes together on
@@ -176,6 +181,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
 	d.Go("image gc", images.Run)
+	// Image pull records: those of images the runtime no longer has are dropped.
+	if records != nil {
+		d.Go("image pull records", prunePullRecords(records, rt, clk, log))
+	}
 	// Node: the node's own Node in the API, which admission judges pods against.
 	if client != nil {
 		d.Go("node", nodes.Run)
