@@ -153,6 +153,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	workers := podworker.NewManager(wo)
 	cg.active = workers.Active
 	svc.Attach(workers, relister)
+	logs.CollectPodDirs(kc.PodLogsDir, svc.PodContentRemovable)
 	// The runtime's pods before any source delivers one: admission must know which pods an
 	// earlier podsync admitted (they run) before it sees them again.
 	if err := relister.Relist(ctx); err != nil {
