@@ -81,12 +81,12 @@ func TestNodeMetricsGathersEveryService(t *testing.T) {
 	}
 	// One family of each service, named as the kubelet names it where it has the metric.
 	for name, svc := range map[string]string{
-		"kubelet_running_pods":                          "podsync",
-		"kubelet_pod_start_sli_duration_seconds":        "podsync",
+		"kubelet_running_pods":                           "podsync",
+		"kubelet_pod_start_sli_duration_seconds":         "podsync",
 		"kubelet_certificate_manager_client_ttl_seconds": "certs",
-		"unitlet_volumes_prepared":                      "volumes",
-		"unitlet_config_generation":                     "config",
-		"kubelet_node_name":                             "status",
+		"unitlet_volumes_prepared":                       "volumes",
+		"unitlet_config_generation":                      "config",
+		"kubelet_node_name":                              "status",
 	} {
 		if fams[name] == nil {
 			t.Errorf("/metrics lacks %s (unitlet-%s's)", name, svc)
