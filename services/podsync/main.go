@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -116,7 +117,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
 	})
-	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
+	// The prober's metrics are apart from the rest, as the kubelet serves them on
+	// /metrics/probes and not on /metrics; unitlet-status gathers them over the bus.
+	probeReg := prometheus.NewRegistry()
+	d.AddRegistry("probes", probeReg)
+	probes := prober.NewManager(rt, clk, probeReg, log.With("component", "prober"))
 	probes.RecordEvents(events.Event)
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)

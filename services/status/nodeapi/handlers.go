@@ -44,6 +44,9 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
+	if s.opts.ProbeMetrics != nil {
+		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
+	}
 	if s.opts.Configz != nil {
 		mux.HandleFunc("GET /configz", s.getConfigz)
 	}

@@ -132,6 +132,9 @@ func TestEndpoints(t *testing.T) {
 		Pods:    pods,
 		Stats:   fakeStats{},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "kubelet_running_pods 2\n") }),
+		ProbeMetrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "prober_probe_total 3\n")
+		}),
 		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
 		Healthz: func(context.Context) error {
 			if unhealthy.Load() {
@@ -155,6 +158,7 @@ func TestEndpoints(t *testing.T) {
 		{"/stats/summary", `"nodeName":"full"`},
 		{"/stats/summary?only_cpu_and_memory=true", `"nodeName":"cpu-and-memory"`},
 		{"/metrics", "kubelet_running_pods 2\n"},
+		{"/metrics/probes", "prober_probe_total 3\n"},
 		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
 		{"/healthz", "ok"},
 	} {
