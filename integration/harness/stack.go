@@ -30,7 +30,10 @@ type Stack struct {
 	// Registry, when set, runs a private image registry for the stack's containerd
 	// (registry.go).
 	Registry *Registry `json:"registry,omitempty"`
-	Nodes    []Node    `json:"nodes"`
+	// MetricsServer, when set, runs metrics-server once the nodes are up
+	// (metricsserver.go): `kubectl top` and the metrics.k8s.io API.
+	MetricsServer *MetricsServer `json:"metricsServer,omitempty"`
+	Nodes         []Node         `json:"nodes"`
 }
 
 // ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
@@ -144,6 +147,9 @@ func LoadStack(path string) (*Stack, error) {
 	case "", "containerd":
 	default:
 		return nil, fmt.Errorf("%s: runtime.kind %q: supported: containerd", path, s.Runtime.Kind)
+	}
+	if s.MetricsServer != nil && (s.Standalone || s.MetricsServer.Port <= 0 || s.MetricsServer.Port > 65535) {
+		return nil, fmt.Errorf("%s: metricsServer.port %d: metrics-server needs a control plane and a port of 1 to 65535", path, s.MetricsServer.Port)
 	}
 	if s.Registry != nil && (s.Runtime.Kind != "containerd" || s.Registry.Port <= 0 || s.Registry.Port > 65535) {
 		return nil, fmt.Errorf("%s: registry.port %d: a registry needs runtime.kind containerd and a port of 1 to 65535", path, s.Registry.Port)
