@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -91,7 +91,7 @@ down: build
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
 ## then pod start on the harness (bench-podsync), then unitlet against the kubelet (bench-pods)
-bench: bench-bus bench-podsync bench-pods bench-volumes bench-eviction
+bench: bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics
 
 bench-bus:
 	@mkdir -p $(CACHE)
@@ -117,6 +117,15 @@ bench-pods: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=90m ./integration/harnesstest/ | tee $(CACHE)/bench-pods.log
 	@echo; sed -n '/^== pods vs kubelet/,/^unitlet\/kubelet p99 ratio:/p' $(CACHE)/bench-pods.log
 	@echo; grep '^unitlet, 100 pods: unitlet-' $(CACHE)/bench-pods.log || true
+
+## bench-metrics: the node API's /metrics, /metrics/resource, /metrics/cadvisor,
+## /metrics/probes and /stats/summary of unitlet and of the real kubelet, each at 100 pods
+## with a readiness probe, on the bench-pods stack: scrape latency p50/p99 through the API
+## server's node proxy, page sizes, and the metric names one serves and the other does not
+bench-metrics: build harness-binaries
+	@mkdir -p $(CACHE)
+	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkMetricsScrapeVsKubelet -benchtime=1x -count=1 -timeout=60m ./integration/harnesstest/ | tee $(CACHE)/bench-metrics.log
+	@echo; sed -n '/^== metrics endpoints/,$$p' $(CACHE)/bench-metrics.log | grep -v '^PASS\|^ok\|^Benchmark'
 
 ## bench-eviction: on the vm node, a memory crossing (a pod writing 300 MiB to a memory
 ## emptyDir past a hard threshold) to the eviction, to the pod's Failed status and to
