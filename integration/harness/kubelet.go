@@ -57,7 +57,8 @@ func (h *Harness) kubeletComponent(n Node, f *controlPlaneFiles) component {
 				// The default is /var/lib/kubelet/pki whatever the root dir.
 				"--cert-dir="+filepath.Join(dir, "pki"),
 				"--hostname-override="+n.Name,
-				"--node-ip=127.0.0.1",
+				// The node IP is the kubelet's own choice (the host's address, as
+				// unitlet's): the API server does not proxy to loopback addresses.
 				"--v=1")
 		},
 		ready: func(ctx context.Context) error { return h.kubeletReady(ctx, n.Name) },
@@ -136,7 +137,9 @@ authorization:
 # A self-signed serving certificate in --cert-dir; the client certificate is the harness's.
 serverTLSBootstrap: false
 rotateCertificates: false
-address: 127.0.0.1
+# Reached at the node's InternalIP through the API server's node proxy (bench-metrics);
+# webhook authentication and authorization, no anonymous access.
+address: 0.0.0.0
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
