@@ -1,7 +1,6 @@
 package status
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/services/status/podlogs"
 	"github.com/unitlet/unitlet/services/status/podstatus"
+	"github.com/unitlet/unitlet/services/status/resourcemetrics"
 	"github.com/unitlet/unitlet/services/status/stats"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -90,6 +90,8 @@ func (p parts) podStatus() *podstatus.Manager {
 // nodeAPI is the node's HTTPS API (:10250), its listener already bound.
 func (p parts) nodeAPI() (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
+	// /stats/summary and /metrics/resource read one provider, as the kubelet's do.
+	summary := stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
 	api, err := nodeapi.New(nodeapi.Options{
 		Address:                  net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
 		CertFile:                 kc.TLSCertFile,
@@ -109,10 +111,11 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		NodeName:                 nodeName,
 		Pods:                     p.podsync,
 		Logs:                     podlogs.New(p.podsync, p.rt),
-		Stats:                    stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
+		Stats:                    summary,
 		Metrics:                  promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
+		ResourceMetrics:          resourcemetrics.Handler(summary, resourcemetrics.DefaultBound, p.log.With("component", "resource-metrics")),
 		Configz:                  func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
-		Healthz:                  func(context.Context) error { return nil },
+		HealthChecks:             newNodeHealth(p.socketDir, p.loops.Check).Checks(),
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
 		Log:                      p.log.With("component", "node-api"),
 	})

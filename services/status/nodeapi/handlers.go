@@ -44,19 +44,18 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
+	if s.opts.ResourceMetrics != nil {
+		mux.Handle("GET /metrics/resource", s.opts.ResourceMetrics)
+	}
 	if s.opts.Configz != nil {
 		mux.HandleFunc("GET /configz", s.getConfigz)
 	}
 	return mux
 }
 
-// healthChecks are /healthz's checks: ping, and the node agent's own when there is one.
+// healthChecks are /healthz's checks: ping, and the node agent's.
 func (s *Server) healthChecks() []healthz.HealthChecker {
-	checks := []healthz.HealthChecker{healthz.PingHealthz}
-	if s.opts.Healthz != nil {
-		checks = append(checks, healthz.NamedCheck("unitlet", func(r *http.Request) error { return s.opts.Healthz(r.Context()) }))
-	}
-	return checks
+	return append([]healthz.HealthChecker{healthz.PingHealthz}, s.opts.HealthChecks...)
 }
 
 // debuggingRoutes are the kubelet's debugging handlers: container logs, exec, attach,
