@@ -12,11 +12,11 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/shared/promtext"
 )
 
 type fakeSource struct {
@@ -141,26 +141,12 @@ resource_scrape_error 0
 	}
 }
 
-// parse reads an exposition with the Prometheus text parser and fails on a series twice.
+// parse reads an exposition as a Prometheus would; a series twice fails it.
 func parse(t *testing.T, body string) map[string]*dto.MetricFamily {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	families, err := promtext.Parse(body)
 	if err != nil {
-		t.Fatalf("parse: %v\n%s", err, body)
-	}
-	for name, f := range families {
-		seen := map[string]bool{}
-		for _, m := range f.GetMetric() {
-			key := ""
-			for _, l := range m.GetLabel() {
-				key += l.GetName() + "=" + l.GetValue() + ","
-			}
-			if seen[key] {
-				t.Errorf("%s{%s} twice", name, key)
-			}
-			seen[key] = true
-		}
+		t.Fatalf("%v\n%s", err, body)
 	}
 	return families
 }
