@@ -2,10 +2,12 @@ package harnesstest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +194,58 @@ func TestHealthzMeansEveryService(t *testing.T) {
 	restartServices(t)
 	restarted = true
 	healthzOK("both /healthz ok again once unitlet-certs runs")
+}
+
+// /spec is the machine as cAdvisor's MachineInfo describes it: the node's CPUs and memory
+// as its capacity says, the running kernel's boot ID (the machine shares the host's),
+// its machine ID, the root directory's filesystem and a topology holding every CPU.
+func TestSpecDescribesTheMachine(t *testing.T) {
+	node := waitNodeReady(t, 90*time.Second)
+	var spec struct {
+		NumCores       int    `json:"num_cores"`
+		MemoryCapacity uint64 `json:"memory_capacity"`
+		MachineID      string `json:"machine_id"`
+		BootID         string `json:"boot_id"`
+		Filesystems    []struct {
+			Device   string `json:"device"`
+			Capacity uint64 `json:"capacity"`
+		} `json:"filesystems"`
+		Topology []struct {
+			Cores []struct {
+				Threads []int `json:"thread_ids"`
+			} `json:"cores"`
+		} `json:"topology"`
+	}
+	code, body := nodeProxyGet(context.Background(), t, "/spec")
+	if code != http.StatusOK {
+		t.Fatalf("GET /spec: %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &spec); err != nil {
+		t.Fatalf("GET /spec: %v\n%s", err, body)
+	}
+	if c := node.Status.Capacity.Cpu().Value(); int64(spec.NumCores) != c {
+		t.Errorf("num_cores %d, node capacity cpu %d", spec.NumCores, c)
+	}
+	if m := node.Status.Capacity.Memory().Value(); int64(spec.MemoryCapacity) != m {
+		t.Errorf("memory_capacity %d, node capacity memory %d", spec.MemoryCapacity, m)
+	}
+	hostBoot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.BootID != strings.TrimSpace(string(hostBoot)) || spec.MachineID == "" {
+		t.Errorf("boot_id %q machine_id %q, want the kernel's boot id %q and a machine id", spec.BootID, spec.MachineID, strings.TrimSpace(string(hostBoot)))
+	}
+	if len(spec.Filesystems) != 1 || spec.Filesystems[0].Capacity == 0 || spec.Filesystems[0].Device == "" {
+		t.Errorf("filesystems %+v, want the root directory's", spec.Filesystems)
+	}
+	threads := 0
+	for _, n := range spec.Topology {
+		for _, c := range n.Cores {
+			threads += len(c.Threads)
+		}
+	}
+	if threads != spec.NumCores {
+		t.Errorf("topology holds %d cpus, num_cores %d:\n%s", threads, spec.NumCores, body)
+	}
 }

@@ -50,6 +50,10 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Configz != nil {
 		mux.HandleFunc("GET /configz", s.getConfigz)
 	}
+	if s.opts.Spec != nil {
+		mux.HandleFunc("GET /spec", s.getSpec)
+		mux.HandleFunc("GET /spec/", s.getSpec)
+	}
 	return mux
 }
 
@@ -148,6 +152,15 @@ func (s *Server) getConfigz(w http.ResponseWriter, _ *http.Request) {
 	if _, err := w.Write(body); err != nil {
 		s.log.Debug("write response", "err", err)
 	}
+}
+
+func (s *Server) getSpec(w http.ResponseWriter, _ *http.Request) {
+	spec, err := s.opts.Spec()
+	if err != nil {
+		writeError(w, fmt.Errorf("read the machine's description: %w", err))
+		return
+	}
+	s.writeJSON(w, spec)
 }
 
 func (s *Server) getContainerLogs(w http.ResponseWriter, r *http.Request) {

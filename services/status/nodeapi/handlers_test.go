@@ -137,6 +137,7 @@ func TestEndpoints(t *testing.T) {
 			_, _ = io.WriteString(w, "resource_scrape_error 0\n")
 		}),
 		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
+		Spec:    func() (any, error) { return map[string]int{"num_cores": 4}, nil },
 		HealthChecks: []healthz.HealthChecker{healthz.NamedCheck("unitlet-podsync", func(*http.Request) error {
 			if unhealthy.Load() {
 				return errors.New("podsync unreachable")
@@ -161,6 +162,8 @@ func TestEndpoints(t *testing.T) {
 		{"/metrics", "kubelet_running_pods 2\n"},
 		{"/metrics/resource", "resource_scrape_error 0\n"},
 		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
+		{"/spec", `{"num_cores":4}`},
+		{"/spec/", `{"num_cores":4}`},
 		{"/healthz", "ok"},
 	} {
 		code, body := do(t, c, http.MethodGet, base+tc.path, "")

@@ -1,6 +1,6 @@
 // Package nodeapi serves the node's HTTPS API on :10250 as the kubelet serves it: /healthz,
 // /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics,
-// /metrics/resource and /configz, behind the kubelet's x509 / TokenReview authentication
+// /metrics/resource, /configz and /spec, behind the kubelet's x509 / TokenReview authentication
 // and SubjectAccessReview authorization on nodes/<subresource>.
 package nodeapi
 
@@ -105,6 +105,8 @@ type Options struct {
 	Metrics http.Handler
 	// Configz returns the /configz body ({"kubeletconfig": ...}); nil: 404.
 	Configz func() ([]byte, error)
+	// Spec returns /spec's body, the machine's description (cAdvisor's MachineInfo); nil: 404.
+	Spec func() (any, error)
 	// ResourceMetrics serves /metrics/resource; nil: 404.
 	ResourceMetrics http.Handler
 	// HealthChecks are /healthz's checks besides ping, on the node API and on ServeHealthz's
