@@ -51,10 +51,10 @@ func parseExposition(t *testing.T, body string) map[string]*dto.MetricFamily {
 // /metrics/resource, read as metrics-server reads it: two scrapes through the API
 // server's node proxy, the CPU time's rise over the samples' own timestamps.
 func TestResourceMetricsShowABusyCPU(t *testing.T) {
-	createPod(t, busyboxPod("cpu-burner", "while :; do :; done"))
-	waitPod(t, time.Minute, "default/cpu-burner", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
-	container := map[string]string{"container": "main", "pod": "cpu-burner", "namespace": "default"}
-	pod := map[string]string{"pod": "cpu-burner", "namespace": "default"}
+	createPod(t, busyboxPod("resmetrics-burner", "while :; do :; done"))
+	waitPod(t, time.Minute, "default/resmetrics-burner", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
+	container := map[string]string{"container": "main", "pod": "resmetrics-burner", "namespace": "default"}
+	pod := map[string]string{"pod": "resmetrics-burner", "namespace": "default"}
 
 	// cores is the rise of a CPU counter between two scrapes over its samples' timestamps.
 	cores := func(name string, labels map[string]string, before, after map[string]*dto.MetricFamily) float64 {
@@ -74,7 +74,7 @@ func TestResourceMetricsShowABusyCPU(t *testing.T) {
 	scrape := func() map[string]*dto.MetricFamily {
 		t.Helper()
 		var families map[string]*dto.MetricFamily
-		stack.WaitFor(t, 30*time.Second, "container_cpu_usage_seconds_total of cpu-burner in /metrics/resource", func(ctx context.Context) (bool, string) {
+		stack.WaitFor(t, 30*time.Second, "container_cpu_usage_seconds_total of resmetrics-burner in /metrics/resource", func(ctx context.Context) (bool, string) {
 			code, body := nodeProxyGet(ctx, t, "/metrics/resource")
 			if code != http.StatusOK {
 				return false, fmt.Sprintf("%d %s", code, body)
