@@ -2,7 +2,7 @@
 // compose file: a real control plane, and node machines running unitlet.
 //
 //	unitlet-harness up         [-f STACK.yaml]
-//	unitlet-harness build      (only build or find the control plane and registry binaries)
+//	unitlet-harness build      (only build or find the control plane, registry and metrics-server binaries)
 //	unitlet-harness down       [-f STACK.yaml]
 //	unitlet-harness status     [-f STACK.yaml] [-o json]
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
@@ -84,6 +84,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "build":
 		if _, err = harness.EnsureBinaries(repo, stdout); err == nil {
 			_, err = harness.EnsureRegistryBinary(repo, stdout)
+		}
+		if err == nil {
+			_, err = harness.EnsureMetricsServerBinary(repo, stdout)
 		}
 	case "down":
 		err = h.Down()

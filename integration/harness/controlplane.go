@@ -43,6 +43,7 @@ type controlPlaneFiles struct {
 	ca                                  *CA
 	apiserverCert, apiserverKey         string
 	kubeletClientCert, kubeletClientKey string
+	frontProxyCert, frontProxyKey       string
 	saPub, saKey                        string
 	admin, controllerManager, scheduler string
 	adminCert, adminKey                 string
@@ -79,6 +80,11 @@ func (h *Harness) makePKI() (*controlPlaneFiles, error) {
 	if f.kubeletClientCert, f.kubeletClientKey, err = ca.issue(p.pki, "apiserver-kubelet-client", certSpec{
 		cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true,
 	}); err != nil {
+		return nil, err
+	}
+	// The aggregation layer's client: aggregated APIs (metrics-server) trust the user it
+	// names in request headers.
+	if f.frontProxyCert, f.frontProxyKey, err = ca.issue(p.pki, "front-proxy-client", certSpec{cn: "front-proxy-client", client: true}); err != nil {
 		return nil, err
 	}
 	if f.saPub, f.saKey, err = serviceAccountKey(p.pki); err != nil {
@@ -174,6 +180,14 @@ func (h *Harness) controlPlane(f *controlPlaneFiles) []component {
 					"--service-cluster-ip-range="+cp.ServiceCIDR,
 					"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 					"--enable-bootstrap-token-auth=true", "--allow-privileged=true",
+					// The aggregation layer, as kubeadm sets it up (metrics-server's API);
+					// an aggregated API is reached at its endpoints, there being no
+					// kube-proxy.
+					"--requestheader-client-ca-file="+f.ca.CertFile, "--requestheader-allowed-names=front-proxy-client",
+					"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+					"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+					"--proxy-client-cert-file="+f.frontProxyCert, "--proxy-client-key-file="+f.frontProxyKey,
+					"--enable-aggregator-routing=true",
 					// A loopback advertise address cannot be a Service endpoint.
 					"--endpoint-reconciler-type=none",
 					"--profiling=false", "--v=1")

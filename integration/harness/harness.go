@@ -225,6 +225,17 @@ func (h *Harness) Up(ctx context.Context) error {
 	if err := h.vmBootTimes(ctx); err != nil {
 		return err
 	}
+	if h.stack.MetricsServer != nil {
+		if err := h.step("metrics API objects (RBAC, Service, APIService)", func() (string, error) { return h.applyMetricsAPI(ctx) }); err != nil {
+			return err
+		}
+		if err := h.ensure(ctx, st, h.metricsServer(ctx)); err != nil {
+			return err
+		}
+		if err := h.step("metrics API available (v1beta1.metrics.k8s.io)", func() (string, error) { return h.waitMetricsAPI(ctx) }); err != nil {
+			return err
+		}
+	}
 	if h.stack.Standalone {
 		fmt.Fprintf(h.out, "stack %s (standalone: no API server) is up in %s\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond))
 		return nil

@@ -312,6 +312,10 @@ func (h *Harness) nspawnComponent(n Node, f *controlPlaneFiles) component {
 			for _, d := range h.nodeSharedDirs(n.Name) {
 				args = append(args, "--bind="+d+":"+d)
 			}
+			if n.ImageCredentialProvider != nil {
+				d := h.credentialProviderDir(n.Name)
+				args = append(args, "--bind="+d+":"+d)
+			}
 			// The host's cgroup hierarchies, where the stack's containerd makes the pods'
 			// cgroups: podsync in the machine makes their parents there (the machine's own
 			// /sys/fs/cgroup is read-only on a cgroup v1 host).
@@ -432,6 +436,16 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	for _, svc := range n.Services {
 		files = append(files, file{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
 		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.unitDropIn(n, svc))})
+	}
+	if n.ImageCredentialProvider != nil {
+		plugin, config, err := h.credentialProviderFiles(n)
+		if err != nil {
+			return "", err
+		}
+		files = append(files,
+			file{path: machineCredentialPlugin, mode: 0o755, data: plugin},
+			// It holds the registry's password, as the configuration root's other files.
+			file{path: machineCredentialProviderConfig, mode: 0o600, data: config})
 	}
 	switch {
 	case h.stack.Standalone:
@@ -566,6 +580,10 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 		if !h.stack.Standalone {
 			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", h.nodeKubeconfig(n.Name))
 		}
+		if n.ImageCredentialProvider != nil {
+			fmt.Fprintf(&b, "Environment=UNITLET_IMAGE_CREDENTIAL_PROVIDER_CONFIG=%s\n", machineCredentialProviderConfig)
+			fmt.Fprintf(&b, "Environment=UNITLET_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR=%s\n", machineCredentialProviderBinDir)
+		}
 		if n.Bootstrap {
 			// TLS bootstrap writes the kubeconfig beside the bootstrap kubeconfig.
 			fmt.Fprintf(&b, "Environment=UNITLET_BOOTSTRAP_KUBECONFIG=%s\n", h.nodeBootstrapKubeconfig(n.Name))
@@ -582,6 +600,10 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	// pods' log directories too.
 	if svc == "podsync" {
 		rw += " " + h.nodePodLogsDir(n.Name) + " " + machineHostCgroupMount
+		if n.ImageCredentialProvider != nil {
+			// The plugin podsync runs records its runs there.
+			rw += " " + h.credentialProviderDir(n.Name)
+		}
 	}
 	// The pods' cgroups are the host's, where the stack's containerd makes them: podsync
 	// makes their parents there, eviction reads them (read-only, as its unit has the

@@ -41,6 +41,10 @@ type RegistryAccess struct {
 	// Busybox is BusyboxImage as the registry holds it; the stack's containerd holds no
 	// image of this name after Up, so a pod using it pulls.
 	Busybox string
+	// PluginBusybox is BusyboxImage again, under the path the harness's credential provider
+	// plugin gives credentials for (Node.ImageCredentialProvider); also not in the stack's
+	// containerd after Up.
+	PluginBusybox string
 }
 
 // registryUser is the account the harness's registry accepts.
@@ -58,8 +62,9 @@ func (h *Harness) Registry() (*RegistryAccess, error) {
 	host := h.registryHost()
 	return &RegistryAccess{
 		Host: host, User: registryUser, Password: string(pw),
-		CAFile:  filepath.Join(h.paths.pki, "ca.crt"),
-		Busybox: host + "/private/busybox:1",
+		CAFile:        filepath.Join(h.paths.pki, "ca.crt"),
+		Busybox:       host + "/private/busybox:1",
+		PluginBusybox: host + credentialPluginImages + "/busybox:1",
 	}, nil
 }
 
@@ -212,9 +217,9 @@ func (h *Harness) registryGet(ctx context.Context, path string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// pushRegistryImages puts BusyboxImage in the registry under RegistryAccess.Busybox, with
-// containerd's own client (ctr) and the registry's credentials, then forgets that name in
-// containerd so that pods using it must pull it.
+// pushRegistryImages puts BusyboxImage in the registry under RegistryAccess.Busybox and
+// RegistryAccess.PluginBusybox, with containerd's own client (ctr) and the registry's
+// credentials, then forgets those names in containerd so that pods using them must pull.
 func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 	r, err := h.Registry()
 	if err != nil {
@@ -227,16 +232,18 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 		}
 		return nil
 	}
-	if err := ctr("tag", "--force", BusyboxImage, r.Busybox); err != nil {
-		return "", err
+	for _, name := range []string{r.Busybox, r.PluginBusybox} {
+		if err := ctr("tag", "--force", BusyboxImage, name); err != nil {
+			return "", err
+		}
+		if err := ctr("push", "--hosts-dir", h.hostsDir(), "--user", r.User+":"+r.Password, name); err != nil {
+			return "", err
+		}
+		if err := ctr("rm", name); err != nil {
+			return "", err
+		}
 	}
-	if err := ctr("push", "--hosts-dir", h.hostsDir(), "--user", r.User+":"+r.Password, r.Busybox); err != nil {
-		return "", err
-	}
-	if err := ctr("rm", r.Busybox); err != nil {
-		return "", err
-	}
-	return " (" + r.Busybox + ")", nil
+	return " (" + r.Busybox + ", " + r.PluginBusybox + ")", nil
 }
 
 // ForgetImageName removes one name of an image from the stack's containerd, so that the

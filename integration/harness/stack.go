@@ -30,7 +30,10 @@ type Stack struct {
 	// Registry, when set, runs a private image registry for the stack's containerd
 	// (registry.go).
 	Registry *Registry `json:"registry,omitempty"`
-	Nodes    []Node    `json:"nodes"`
+	// MetricsServer, when set, runs metrics-server once the nodes are up
+	// (metricsserver.go): `kubectl top` and the metrics.k8s.io API.
+	MetricsServer *MetricsServer `json:"metricsServer,omitempty"`
+	Nodes         []Node         `json:"nodes"`
 }
 
 // ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
@@ -96,6 +99,12 @@ type Node struct {
 	// KubeletConfig is KubeletConfiguration YAML added to the node's configuration, e.g.
 	// "podPidsLimit: 64".
 	KubeletConfig string `json:"kubeletConfig,omitempty"`
+	// ImageCredentialProvider runs the kubelet's credential provider plugins on an nspawn
+	// node with podsync: unitlet-config gets --image-credential-provider-config and
+	// --image-credential-provider-bin-dir, naming the harness's plugin
+	// (integration/credentialplugin), which gives the stack registry's account for
+	// RegistryAccess.PluginBusybox (credentialprovider.go).
+	ImageCredentialProvider *ImageCredentialProvider `json:"imageCredentialProvider,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -138,6 +147,9 @@ func LoadStack(path string) (*Stack, error) {
 	case "", "containerd":
 	default:
 		return nil, fmt.Errorf("%s: runtime.kind %q: supported: containerd", path, s.Runtime.Kind)
+	}
+	if s.MetricsServer != nil && (s.Standalone || s.MetricsServer.Port <= 0 || s.MetricsServer.Port > 65535) {
+		return nil, fmt.Errorf("%s: metricsServer.port %d: metrics-server needs a control plane and a port of 1 to 65535", path, s.MetricsServer.Port)
 	}
 	if s.Registry != nil && (s.Runtime.Kind != "containerd" || s.Registry.Port <= 0 || s.Registry.Port > 65535) {
 		return nil, fmt.Errorf("%s: registry.port %d: a registry needs runtime.kind containerd and a port of 1 to 65535", path, s.Registry.Port)
@@ -209,6 +221,14 @@ func LoadStack(path string) (*Stack, error) {
 			d, err := time.ParseDuration(n.CertificateLifetime)
 			if err != nil || d < 10*time.Minute {
 				return nil, fmt.Errorf("%s: nodes[%d].certificateLifetime %q: want a duration of at least 10m (the shortest the API server accepts), e.g. 10m or 24h", path, i, n.CertificateLifetime)
+			}
+		}
+		if cp := n.ImageCredentialProvider; cp != nil {
+			if n.Backend != "nspawn" || !slices.Contains(n.Services, "podsync") || s.Registry == nil {
+				return nil, fmt.Errorf("%s: nodes[%d].imageCredentialProvider: only an nspawn node running podsync, in a stack with a registry, runs the harness's credential provider plugin", path, i)
+			}
+			if d, err := time.ParseDuration(cp.CacheDuration); err != nil || d <= 0 {
+				return nil, fmt.Errorf("%s: nodes[%d].imageCredentialProvider.cacheDuration %q: want a positive duration, e.g. 30s", path, i, cp.CacheDuration)
 			}
 		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -71,6 +75,47 @@ for (i = 1; i <= %d; i++) printf "%%08d %%s\n", i, pad }'; echo done; sleep 3600
 		left, _ := filepath.Glob(logPath + "*")
 		return !strings.Contains(links, id) && len(left) == 0, fmt.Sprintf("links %q; log files %q", links, left)
 	})
+}
+
+// TestContainerLogsRemovedPodsDirectoryGoes: as the kubelet's container garbage
+// collection, podsync removes the log directory (<podLogsDir>/<namespace>_<name>_<uid>) of
+// a pod that was deleted, within its period (a minute), and keeps that of a pod that ended
+// but still exists, whose logs `kubectl logs` still reads.
+func TestContainerLogsRemovedPodsDirectoryGoes(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	ended := busyboxPod("logs-ended", "echo bye")
+	ended.Spec.RestartPolicy = corev1.RestartPolicyNever
+	ended = createPod(t, ended)
+	createPod(t, busyboxPod("logs-deleted", "echo hi; while true; do sleep 1; done"))
+	pod := apiPodRunningReady(t, "logs-deleted", time.Minute)
+	dir := filepath.Dir(filepath.Dir(containerLogPath(t, strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://"))))
+	if want := "default_logs-deleted_" + string(pod.UID); filepath.Base(dir) != want {
+		t.Fatalf("the container's log is in %s, want a directory %s", dir, want)
+	}
+	endedDir := filepath.Join(filepath.Dir(dir), "default_logs-ended_"+string(ended.UID))
+	stack.WaitFor(t, time.Minute, "logs-ended Succeeded", func(ctx context.Context) (bool, string) {
+		p, err := admin(t).CoreV1().Pods("default").Get(ctx, "logs-ended", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+	})
+	if _, err := os.Stat(endedDir); err != nil {
+		t.Fatalf("the ended pod's log directory: %v", err)
+	}
+
+	if err := admin(t).CoreV1().Pods("default").Delete(context.Background(), "logs-deleted", deleteNow()); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	stack.WaitFor(t, 90*time.Second, "logs-deleted's log directory gone", func(context.Context) (bool, string) {
+		_, err := os.Stat(dir)
+		return errors.Is(err, fs.ErrNotExist), fmt.Sprintf("%s: %v", dir, err)
+	})
+	t.Logf("the deleted pod's log directory was gone %s after the delete", time.Since(deleted).Round(time.Second))
+	if _, err := os.Stat(endedDir); err != nil {
+		t.Errorf("the log directory of the pod that ended and was not deleted: %v; want it kept", err)
+	}
 }
 
 // containerLogPath is the log path the runtime has for a container.

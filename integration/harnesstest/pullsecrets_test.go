@@ -63,20 +63,27 @@ func dockerConfigJSON(t *testing.T, name, registry, user, password string) {
 func TestPullSecretsPrivateRegistryRefusesAnonymousPull(t *testing.T) {
 	reg := privateRegistry(t)
 	createPod(t, privatePod("private-anonymous", reg.Busybox))
-	// ErrImagePull lasts until the next sync, which finds the pull backing off: either
-	// state will do, and the pull's failure is read from its Failed event.
-	waitPod(t, time.Minute, "default/private-anonymous", "waiting ErrImagePull or ImagePullBackOff", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+	waitPullRefused(t, "private-anonymous")
+}
+
+// waitPullRefused waits for the pod's pull to fail with the registry's 401, and returns
+// the pod's events. ErrImagePull lasts until the next sync, which finds the pull backing
+// off: either state will do, and the pull's failure is read from its Failed event.
+func waitPullRefused(t *testing.T, name string) string {
+	t.Helper()
+	waitPod(t, time.Minute, "default/"+name, "waiting ErrImagePull or ImagePullBackOff", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
 		cs := st.ContainerStatuses
 		return len(cs) == 1 && cs[0].State.Waiting != nil && (cs[0].State.Waiting.Reason == "ErrImagePull" || cs[0].State.Waiting.Reason == "ImagePullBackOff")
 	})
 	var evs string
 	stack.WaitFor(t, 30*time.Second, "the pull's Failed event", func(ctx context.Context) (bool, string) {
-		evs = podEvents(ctx, t, "private-anonymous")
+		evs = podEvents(ctx, t, name)
 		return strings.Contains(evs, "Failed: Failed to pull image"), evs
 	})
 	if !strings.Contains(evs, "401") && !strings.Contains(strings.ToLower(evs), "unauthorized") {
 		t.Errorf("the pull's Failed event does not carry the registry's 401/unauthorized:\n%s", evs)
 	}
+	return evs
 }
 
 func TestPullSecretsEachMatchingCredentialInTurn(t *testing.T) {
@@ -117,4 +124,46 @@ func TestPullSecretsFromTheServiceAccount(t *testing.T) {
 		t.Fatalf("the created pod's imagePullSecrets %v, want the service account's [registry-sa]", got)
 	}
 	waitPod(t, time.Minute, "default/private-sa", "running", running)
+}
+
+// ensureSecretPulledImages: once a pod pulled the private image with its secret, a pod
+// without the secret does not get the image for free with IfNotPresent (it pulls and the
+// registry refuses it), nor with Never (told the image is absent); a pod whose own secret
+// holds the same credential uses the present image without a pull.
+func TestPullSecretsAPulledPrivateImageIsNotFreeForOtherPods(t *testing.T) {
+	reg := privateRegistry(t)
+	dockerConfigJSON(t, "registry-owner", reg.Host, reg.User, reg.Password)
+	dockerConfigJSON(t, "registry-friend", reg.Host, reg.User, reg.Password)
+	ifNotPresent := func(name string, secrets ...string) *corev1.Pod {
+		p := privatePod(name, reg.Busybox, secrets...)
+		p.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+		return p
+	}
+	createPod(t, ifNotPresent("private-owner", "registry-owner"))
+	waitPod(t, time.Minute, "default/private-owner", "running", running)
+
+	createPod(t, ifNotPresent("private-thief"))
+	evs := waitPullRefused(t, "private-thief")
+	if strings.Contains(evs, "already present") {
+		t.Errorf("the pod without the secret was given the present image:\n%s", evs)
+	}
+
+	never := ifNotPresent("private-never")
+	never.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	createPod(t, never)
+	waitPod(t, time.Minute, "default/private-never", "waiting ErrImageNeverPull", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+		cs := st.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "ErrImageNeverPull" &&
+			strings.Contains(cs[0].State.Waiting.Message, "is not present with pull policy of Never")
+	})
+
+	createPod(t, ifNotPresent("private-friend", "registry-friend"))
+	waitPod(t, time.Minute, "default/private-friend", "running", running)
+	stack.WaitFor(t, 20*time.Second, "the friend's Pulled event", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "private-friend")
+		return strings.Contains(evs, "already present on machine and can be accessed by the pod"), evs
+	})
+	if evs := podEvents(context.Background(), t, "private-friend"); strings.Contains(evs, "Pulling image") {
+		t.Errorf("the pod whose secret holds the pulling credential pulled again:\n%s", evs)
+	}
 }

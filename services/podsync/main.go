@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -116,7 +117,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
 	})
-	probes := prober.NewManager(rt, clk, reg, log.With("component", "prober"))
+	// The prober's metrics are apart from the rest, as the kubelet serves them on
+	// /metrics/probes and not on /metrics; unitlet-status gathers them over the bus.
+	probeReg := prometheus.NewRegistry()
+	d.AddRegistry("probes", probeReg)
+	probes := prober.NewManager(rt, clk, probeReg, log.With("component", "prober"))
 	probes.RecordEvents(events.Event)
 	defer probes.Stop()
 	relister := relist.New(rt, time.Second, clk, reg, log.With("component", "relist"), svc.RuntimeChanged)
@@ -129,6 +134,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		wo.CredentialProviders = plugins
 	}
+	records, err := openPullRecords(ctx, kc, nc.Paths.GetRootDir(), rt, reg, log.With("component", "pullrecords"))
+	if err != nil {
+		return daemon.ConfigError(err)
+	}
+	wo.PullRecords = records
 	wo.Runtime = loggedRuntime{Runtime: rt, logs: logs, log: log}
 	wo.CRI.CgroupParent = cg.Parent
 	// As the kubelet: on cgroup v2 the kernel kills a container's processes together on
@@ -148,6 +158,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	workers := podworker.NewManager(wo)
 	cg.active = workers.Active
 	svc.Attach(workers, relister)
+	logs.CollectPodDirs(kc.PodLogsDir, svc.PodContentRemovable)
 	// The runtime's pods before any source delivers one: admission must know which pods an
 	// earlier podsync admitted (they run) before it sees them again.
 	if err := relister.Relist(ctx); err != nil {
@@ -176,6 +187,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.
 	d.Go("image gc", images.Run)
+	// Image pull records: those of images the runtime no longer has are dropped.
+	if records != nil {
+		d.Go("image pull records", prunePullRecords(records, rt, clk, log))
+	}
 	// Node: the node's own Node in the API, which admission judges pods against.
 	if client != nil {
 		d.Go("node", nodes.Run)

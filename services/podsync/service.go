@@ -456,6 +456,33 @@ func (s *Service) RuntimeRemovable() func(types.UID) bool {
 	return func(uid types.UID) bool { return !active[uid] }
 }
 
+// PodContentRemovable returns, as of the call, whether a pod's content on the node (its
+// log directory) may go, by the kubelet's rule (ShouldPodContentBeRemoved): a pod that a
+// source still has may go once it was deleted and its worker has terminated; one that no
+// source has, once it has no running worker; none before every source has reported (a
+// pod may only not be known yet). A pod that ended but was not deleted keeps its logs.
+func (s *Service) PodContentRemovable() func(types.UID) bool {
+	s.mu.Lock()
+	ready := true
+	for _, src := range s.sourcesWanted {
+		ready = ready && s.seen[src]
+	}
+	kept := map[types.UID]bool{}
+	for uid, p := range s.desired {
+		if p.DeletionTimestamp == nil {
+			kept[uid] = true
+		}
+	}
+	s.mu.Unlock()
+	if !ready {
+		return func(types.UID) bool { return false }
+	}
+	// Asked after the desired pods, and by the caller after it listed what it removes: a
+	// listed directory's pod had a worker before either.
+	active := s.workers.Active()
+	return func(uid types.UID) bool { return !kept[uid] && !active[uid] }
+}
+
 // orphanGrace is the grace period the kubelet's annotations recorded on the pod's
 // containers.
 func orphanGrace(rp *relist.Pod) *int64 {

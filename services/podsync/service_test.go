@@ -543,3 +543,33 @@ func TestListAndSubscribe(t *testing.T) {
 		}
 	}
 }
+
+func TestPodContentRemovableByTheKubeletsRule(t *testing.T) {
+	f := newServiceFixture(t, 0)
+	a, b, c := newPod("a", 1), newPod("b", 2), newPod("c", 3)
+	f.s.SetPods("api", []*corev1.Pod{a, b, c})
+	waitListed(t, f.s, "a, b and c running", func(l map[string]*podsyncv1.Pod) bool {
+		return running(t, l["a"]) && running(t, l["b"]) && running(t, l["c"])
+	})
+	if f.s.PodContentRemovable()("uid-unknown") {
+		t.Errorf("an unknown pod's content may go before every source reported")
+	}
+	f.s.SetPods("file", nil)
+	if removable := f.s.PodContentRemovable(); !removable("uid-unknown") || removable(a.UID) {
+		t.Errorf("with every source reported: unknown pod %v, running pod a %v; want true, false", removable("uid-unknown"), removable(a.UID))
+	}
+
+	// c deleted (still in the source until its worker ends), b gone from the source.
+	deleted := c.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Unix(10, 0)}
+	f.s.SetPods("api", []*corev1.Pod{a, deleted})
+	waitListed(t, f.s, "b gone and c terminated", func(l map[string]*podsyncv1.Pod) bool {
+		return l["b"] == nil && l["c"] != nil && l["c"].Terminated
+	})
+	removable := f.s.PodContentRemovable()
+	for uid, want := range map[types.UID]bool{a.UID: false, b.UID: true, c.UID: true} {
+		if got := removable(uid); got != want {
+			t.Errorf("pod %s's content removable: %v, want %v", uid, got, want)
+		}
+	}
+}

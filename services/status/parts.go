@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/unitlet/unitlet/services/status/machineinfo"
 	"github.com/unitlet/unitlet/services/status/nodeapi"
+	"github.com/unitlet/unitlet/services/status/nodemetrics"
 	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/services/status/podlogs"
 	"github.com/unitlet/unitlet/services/status/podstatus"
@@ -113,7 +113,8 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Pods:                 p.podsync,
 		Logs:                 podlogs.New(p.podsync, p.rt),
 		Stats:                summary,
-		Metrics:              promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}),
+		Metrics:              nodemetrics.Handler(nodemetrics.Options{Sources: nodeMetricsSources(p.socketDir, p.reg), Timeout: metricsTimeout, ReportUp: true, Log: p.log.With("component", "node-metrics")}),
+		ProbeMetrics:         nodemetrics.Handler(nodemetrics.Options{Sources: probeMetricsSources(p.socketDir), Timeout: metricsTimeout, Log: p.log.With("component", "node-metrics")}),
 		ResourceMetrics:      resourcemetrics.Handler(summary, resourcemetrics.DefaultBound, p.log.With("component", "resource-metrics")),
 		Configz:              func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
 		Spec: func() (any, error) {

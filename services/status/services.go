@@ -23,13 +23,7 @@ var optionalServices = []string{"certs", "volumes", "eviction"}
 func checkServices(socketDir string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		var down []string
-		for _, svc := range append([]string{"config"}, optionalServices...) {
-			path := bus.SocketPath(socketDir, svc)
-			if svc != "config" {
-				if _, err := os.Stat(path); err != nil {
-					continue
-				}
-			}
+		for _, svc := range append([]string{"config"}, presentOptionalServices(socketDir)...) {
 			if err := healthy(ctx, socketDir, svc, healthTimeout); err != nil {
 				down = append(down, err.Error())
 			}
@@ -39,6 +33,17 @@ func checkServices(socketDir string) func(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// presentOptionalServices are the optional services whose bus socket exists.
+func presentOptionalServices(socketDir string) []string {
+	var present []string
+	for _, svc := range optionalServices {
+		if _, err := os.Stat(bus.SocketPath(socketDir, svc)); err == nil {
+			present = append(present, svc)
+		}
+	}
+	return present
 }
 
 // imageLister reads the runtime's images for node.status.images.

@@ -61,6 +61,7 @@ type Daemon struct {
 	notify       func(state string) // sd_notify; replaceable in tests
 	activated    bool
 	config       ConfigState
+	registries   map[string]prometheus.Gatherer // AddRegistry's, by name
 }
 
 type loop struct {
@@ -104,6 +105,8 @@ func New(o Options) *Daemon {
 	daemonv1.RegisterDaemonServiceServer(d.server, infoServer{d: d})
 	d.authz.Allow("/"+healthpb.Health_ServiceDesc.ServiceName+"/", peercred.Anyone())
 	d.authz.Allow("/"+daemonv1.DaemonService_ServiceDesc.ServiceName+"/", peercred.Anyone())
+	// The metrics name the node's pods and containers: not for anyone who reaches the socket.
+	d.authz.Allow(daemonv1.DaemonService_GetMetrics_FullMethodName, o.DefaultRule)
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	d.mux.Handle("/metrics", metricsHandler(o.Registry))
 	d.mux.HandleFunc("/healthz", d.serveHealthz)

@@ -43,6 +43,7 @@ var Uses = map[string][]string{
 		"cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "systemReservedCgroup", "kubeReservedCgroup", "singleProcessOOMKill",
 		"seccompDefault", "allowedUnsafeSysctls", "registryPullQPS", "registryBurst", "serializeImagePulls", "maxParallelImagePulls", "featureGates",
 		"containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval",
+		"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
 	}),
 	"status": join(apiClientFields, eventFields, criFields, nodeFields, []string{
 		"address", "port", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "serverTLSBootstrap",

@@ -92,8 +92,6 @@ func whys() map[string]string {
 // unsupportedValues is a value unitlet would not honour for each field it does not apply.
 var unsupportedValues = map[string]string{
 	"enableServer":                              "false",
-	"imagePullCredentialsVerificationPolicy":    "AlwaysVerify",
-	"preloadedImagesVerificationAllowlist":      "[docker.io/library/busybox]",
 	"enableContentionProfiling":                 "true",
 	"enableProfilingHandler":                    "null", // nil: unitlet accepts true (the default) and false
 	"enableDebugFlagsHandler":                   "null",

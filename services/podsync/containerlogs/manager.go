@@ -50,6 +50,11 @@ type Manager struct {
 	policyMu sync.Mutex
 	policy   Policy
 	changed  chan struct{}
+
+	// podLogsDir holds the pods' log directories; those of pods whose content may go
+	// (podContent) are removed with the dangling links (CollectPodDirs).
+	podLogsDir string
+	podContent PodContent
 }
 
 // New returns a manager that rotates by p and links in linkDir (/var/log/containers); its
@@ -90,13 +95,23 @@ func (m *Manager) Policy() Policy {
 	return m.policy
 }
 
-// Run checks the running containers' logs every interval, and removes dangling links
-// (of containers removed while podsync was down) at start and then every minute, until
-// ctx ends.
+// CollectPodDirs has Run remove the log directories in podLogsDir of the pods whose
+// content may go, as the kubelet's container garbage collection does. Call it before Run.
+func (m *Manager) CollectPodDirs(podLogsDir string, content PodContent) {
+	m.podLogsDir, m.podContent = podLogsDir, content
+}
+
+// collectPeriod is how often removed pods' log directories and dangling links go: the
+// kubelet's container garbage collection period.
+const collectPeriod = time.Minute
+
+// Run checks the running containers' logs every interval, and removes removed pods' log
+// directories and dangling links (of containers removed while podsync was down) at start
+// and then every collectPeriod, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
-	m.removeDanglingLinks(ctx)
+	m.collect(ctx)
 	t := m.clk.NewTicker(m.Policy().Interval)
-	links := m.clk.NewTicker(time.Minute)
+	links := m.clk.NewTicker(collectPeriod)
 	defer func() { t.Stop(); links.Stop() }()
 	for {
 		select {
@@ -106,7 +121,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			t.Stop()
 			t = m.clk.NewTicker(m.Policy().Interval)
 		case <-links.C():
-			m.removeDanglingLinks(ctx)
+			m.collect(ctx)
 		case <-t.C():
 			if err := m.RotateAll(ctx); err != nil {
 				m.log.Warn("container log rotation", "err", err)
@@ -233,6 +248,24 @@ func (m *Manager) Removing(ctx context.Context, id string) error {
 		return fmt.Errorf("remove the log link of container %s: %w", id, err)
 	}
 	return nil
+}
+
+// collect removes the log directories of pods whose content may go, then the links
+// that dangle, those to the removed directories among them, as the kubelet does.
+func (m *Manager) collect(ctx context.Context) {
+	if m.podContent != nil {
+		// Apart from rotations and container removals, as those.
+		m.mu.Lock()
+		removed, err := removePodDirs(m.podLogsDir, m.podContent)
+		m.mu.Unlock()
+		for _, dir := range removed {
+			m.log.Debug("removed a removed pod's log directory", "dir", dir)
+		}
+		if err != nil {
+			m.log.Warn("clean removed pods' log directories", "err", err)
+		}
+	}
+	m.removeDanglingLinks(ctx)
 }
 
 // removeDanglingLinks removes the links whose log file is gone, except those of

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -140,5 +142,70 @@ func TestPolicyErrorsNameTheField(t *testing.T) {
 	p, err := PolicyOf(&kubeletv1beta1.KubeletConfiguration{})
 	if want := (Policy{MaxSize: 10 << 20, MaxFiles: 5, Workers: 1, Interval: 10 * time.Second}); err != nil || p != want {
 		t.Errorf("defaults %+v (%v), want the kubelet's %+v", p, err, want)
+	}
+}
+
+// TestCollectRemovesGonePodsDirsAndTheirLinks: the directories of pods whose content may
+// go are removed with everything in them, the others stay; the links into the removed
+// directories then dangle and go in the same pass.
+func TestCollectRemovesGonePodsDirsAndTheirLinks(t *testing.T) {
+	root, links := t.TempDir(), t.TempDir()
+	logOf := func(dir string) string { return filepath.Join(root, dir, "app", "0.log") }
+	for _, d := range []string{"default_gone_uid-gone", "default_kept_uid-kept"} {
+		if err := os.MkdirAll(filepath.Dir(logOf(d)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(logOf(d), []byte("x\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goneLink := linkName(links, "gone", "default", "app", "aaaaaaaaaaaa")
+	keptLink := linkName(links, "kept", "default", "app", "bbbbbbbbbbbb")
+	for target, l := range map[string]string{logOf("default_gone_uid-gone"): goneLink, logOf("default_kept_uid-kept"): keptLink} {
+		if err := link(target, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := 0
+	content := func() func(types.UID) bool {
+		asked++
+		return func(uid types.UID) bool { return uid == "uid-gone" }
+	}
+	// The runtime no longer knows either container.
+	m := New(&oneContainer{id: "cccccccccccc"}, links, Policy{MaxSize: 10, MaxFiles: 2, Workers: 1, Interval: time.Second},
+		clocktesting.NewFakeClock(time.Unix(0, 0)), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.CollectPodDirs(root, content)
+	m.collect(t.Context())
+
+	if asked != 1 {
+		t.Errorf("the pods' content was asked %d times in one pass, want once", asked)
+	}
+	dirs, _ := os.ReadDir(root)
+	var left []string
+	for _, d := range dirs {
+		left = append(left, d.Name())
+	}
+	if !slices.Equal(left, []string{"default_kept_uid-kept"}) {
+		t.Errorf("pod log directories left: %q, want only the kept pod's", left)
+	}
+	if _, err := os.Lstat(goneLink); !os.IsNotExist(err) {
+		t.Errorf("the link into the removed directory: %v, want it gone", err)
+	}
+	if _, err := os.Stat(keptLink); err != nil {
+		t.Errorf("the kept pod's link: %v", err)
+	}
+}
+
+func TestCollectKeepsEverythingWhenNoContentMayGo(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "default_web_uid-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := removePodDirs(root, func() func(types.UID) bool { return func(types.UID) bool { return false } })
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("removed %q, %v; want nothing", removed, err)
+	}
+	if _, err := removePodDirs(filepath.Join(root, "missing"), func() func(types.UID) bool { return func(types.UID) bool { return true } }); err == nil {
+		t.Errorf("a podLogsDir that cannot be listed: no error")
 	}
 }

@@ -8,8 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/unitlet/unitlet/services/podsync/pullcreds"
+	"github.com/unitlet/unitlet/services/podsync/pullrecords"
 )
 
 // CredentialProviders give the node's own credentials for an image: the kubelet's
@@ -61,26 +63,52 @@ func (w *worker) pullCredentials(ctx context.Context, pod *corev1.Pod, image str
 
 // pull pulls spec without credentials when there are none, else with each in turn until
 // one succeeds, as the kubelet does (no anonymous try after them); the error then lists
-// every attempt's.
-func (w *worker) pull(ctx context.Context, spec *runtimeapi.ImageSpec, sbCfg *runtimeapi.PodSandboxConfig, creds []pullcreds.Auth) error {
+// every attempt's. It returns the image's reference and the credential that pulled it
+// (nil: none).
+func (w *worker) pull(ctx context.Context, spec *runtimeapi.ImageSpec, sbCfg *runtimeapi.PodSandboxConfig, creds []pullcreds.Auth) (string, *pullcreds.Auth, error) {
 	if len(creds) == 0 {
-		_, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg})
-		return err
+		resp, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg})
+		return resp.GetImageRef(), nil, err
 	}
 	var errs []string
-	for _, c := range creds {
-		_, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg, Auth: &runtimeapi.AuthConfig{
+	for i, c := range creds {
+		resp, err := w.m.o.Runtime.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sbCfg, Auth: &runtimeapi.AuthConfig{
 			Username: c.Username, Password: c.Password, Auth: c.Auth, ServerAddress: c.ServerAddress,
 			IdentityToken: c.IdentityToken, RegistryToken: c.RegistryToken,
 		}})
 		if err == nil {
-			return nil
+			return resp.GetImageRef(), &creds[i], nil
 		}
 		errs = append(errs, err.Error())
 	}
 	if len(errs) == 1 {
-		return errors.New(errs[0])
+		return "", nil, errors.New(errs[0])
 	}
 	// As the kubelet's aggregate error reads.
-	return errors.New("[" + strings.Join(errs, ", ") + "]")
+	return "", nil, errors.New("[" + strings.Join(errs, ", ") + "]")
+}
+
+// secretsOf are the pull secrets among creds, as the pull records know them: coordinates
+// and the credential's hash.
+func secretsOf(creds []pullcreds.Auth, err error) ([]kubeletv1beta1.ImagePullSecret, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []kubeletv1beta1.ImagePullSecret
+	for _, c := range creds {
+		if c.Secret != nil {
+			out = append(out, kubeletv1beta1.ImagePullSecret{UID: c.Secret.UID, Namespace: c.Secret.Namespace, Name: c.Secret.Name, CredentialHash: c.Hash()})
+		}
+	}
+	return out, nil
+}
+
+// pulledWith is the record of a pull with used: its secret, or node-wide access for no
+// credential or the node's own (a credential provider plugin's), as the kubelet records.
+func pulledWith(used *pullcreds.Auth) pullrecords.Credential {
+	if used == nil || used.Secret == nil {
+		return pullrecords.Credential{}
+	}
+	s := used.Secret
+	return pullrecords.Credential{Secret: &kubeletv1beta1.ImagePullSecret{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: used.Hash()}}
 }

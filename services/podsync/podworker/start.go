@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/pullcreds"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 )
 
@@ -195,6 +198,9 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 
 // ensureImage makes the container's image present as its pull policy asks, with the
 // kubelet's events and waiting reasons (ErrImagePull, ImagePullBackOff, ErrImageNeverPull).
+// An image already on the node is used only when the pull records allow it to this pod
+// (ensureSecretPulledImages); otherwise the pod pulls it with its own credentials, and
+// with pull policy Never it fails as if the image were absent, which reveals nothing.
 func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbCfg *runtimeapi.PodSandboxConfig) error {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	st, err := w.m.o.Runtime.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
@@ -202,13 +208,33 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		w.setWaiting(c.Name, "ErrImageInspect", err.Error())
 		return fmt.Errorf("inspect image %s: %w", c.Image, err)
 	}
-	present := st.GetImage() != nil
-	policy := pullPolicy(c)
-	switch {
-	case present && policy != corev1.PullAlways:
-		w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
-		return nil
-	case !present && policy == corev1.PullNever:
+	// The pod's credentials are looked up once, and only when needed.
+	creds := sync.OnceValues(func() ([]pullcreds.Auth, error) { return w.pullCredentials(ctx, pod, c.Image) })
+	failed := func(err error) error {
+		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
+		w.setWaiting(c.Name, "ErrImagePull", msg)
+		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
+		return errors.New(msg)
+	}
+	present, policy, records := st.GetImage() != nil, pullPolicy(c), w.m.o.PullRecords
+	if present && policy != corev1.PullAlways {
+		if records == nil {
+			w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+			return nil
+		}
+		must, err := records.MustPull(c.Image, st.GetImage().GetId(), func() ([]kubeletv1beta1.ImagePullSecret, error) {
+			return secretsOf(creds())
+		})
+		if err != nil {
+			return failed(err)
+		}
+		if !must {
+			w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", c.Image))
+			return nil
+		}
+		present = false
+	}
+	if !present && policy == corev1.PullNever {
 		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
 		w.setWaiting(c.Name, "ErrImageNeverPull", msg)
 		w.event(pod, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
@@ -221,22 +247,29 @@ func (w *worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		w.event(pod, corev1.EventTypeNormal, "BackOff", msg)
 		return errors.New(msg)
 	}
-	creds, err := w.pullCredentials(ctx, pod, c.Image)
+	auths, err := creds()
 	if err != nil {
-		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
-		w.setWaiting(c.Name, "ErrImagePull", msg)
-		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
-		return errors.New(msg)
+		return failed(err)
+	}
+	if records != nil {
+		if err := records.Intend(c.Image); err != nil {
+			return failed(fmt.Errorf("record the intent to pull: %w", err))
+		}
 	}
 	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
 	start := w.m.o.Clock.Now()
-	err = w.m.pullLimits.do(ctx, func() error { return w.pull(ctx, spec, sbCfg, creds) })
+	var ref string
+	var used *pullcreds.Auth
+	err = w.m.pullLimits.do(ctx, func() (err error) { ref, used, err = w.pull(ctx, spec, sbCfg, auths); return err })
 	if err != nil {
+		if records != nil {
+			records.Failed(c.Image)
+		}
 		w.m.pulls.Next(key, w.m.o.Clock.Now())
-		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
-		w.setWaiting(c.Name, "ErrImagePull", msg)
-		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
-		return errors.New(msg)
+		return failed(err)
+	}
+	if records != nil {
+		records.Pulled(c.Image, ref, pulledWith(used))
 	}
 	w.m.pulls.DeleteEntry(key)
 	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s", c.Image, w.m.o.Clock.Since(start).Round(time.Millisecond)))

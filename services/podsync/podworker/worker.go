@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/pullrecords"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 )
 
@@ -124,6 +125,10 @@ type Options struct {
 	// CredentialProviders give the node's registry credentials (credential provider
 	// plugins), tried after the pod's imagePullSecrets'; nil gives none.
 	CredentialProviders CredentialProviders
+	// PullRecords decide whether a pod may use an image already on the node without
+	// proving its credentials, and record each pull (ensureSecretPulledImages); nil: every
+	// pod may use any image present, as with the kubelet's feature gate off.
+	PullRecords *pullrecords.Records
 }
 
 // Volumes prepares and releases pods' volumes (unitlet-volumes over the bus).

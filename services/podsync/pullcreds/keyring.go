@@ -4,6 +4,9 @@
 package pullcreds
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -21,6 +24,35 @@ type Auth struct {
 	ServerAddress string
 	IdentityToken string
 	RegistryToken string
+	// Email is a docker config entry's, kept only because the kubelet hashes it.
+	Email string
+	// Secret is the pull secret the credential came from; nil for the node's own (a
+	// credential provider plugin's).
+	Secret *SecretSource
+}
+
+// SecretSource names the pull secret a credential came from.
+type SecretSource struct {
+	Namespace, Name, UID string
+}
+
+// Hash identifies the credential's content as the kubelet's pulled-image records do: the
+// SHA-256 of its JSON in the docker AuthConfig shape, so records a kubelet wrote match.
+func (a Auth) Hash() string {
+	b, err := json.Marshal(struct {
+		Username      string `json:"username,omitempty"`
+		Password      string `json:"password,omitempty"`
+		Auth          string `json:"auth,omitempty"`
+		Email         string `json:"email,omitempty"`
+		ServerAddress string `json:"serveraddress,omitempty"`
+		IdentityToken string `json:"identitytoken,omitempty"`
+		RegistryToken string `json:"registrytoken,omitempty"`
+	}{a.Username, a.Password, a.Auth, a.Email, a.ServerAddress, a.IdentityToken, a.RegistryToken})
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Keyring holds credentials by registry location: a host (its labels may be `*`

@@ -52,7 +52,8 @@ func FromSecrets(secrets []*corev1.Secret) (*Keyring, error) {
 					return nil, fmt.Errorf("image pull secret %s/%s: the auth of %q: %w", s.Namespace, s.Name, loc, err)
 				}
 			}
-			if !k.Add(loc, Auth{Username: user, Password: pw}) {
+			src := &SecretSource{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID)}
+			if !k.Add(loc, Auth{Username: user, Password: pw, Email: e.Email, Secret: src}) {
 				return nil, fmt.Errorf("image pull secret %s/%s: registry %q is not a URL", s.Namespace, s.Name, loc)
 			}
 		}

@@ -1,6 +1,7 @@
 package pullcreds
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -27,8 +28,22 @@ func TestFromSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := k.Lookup("r.example/app")
-	if len(got) != 2 || got[0] != (Auth{Username: "u1", Password: "p1"}) || got[1] != (Auth{Username: "u2", Password: "p2"}) {
-		t.Errorf("Lookup = %+v, want u1/p1 then u2/p2", got)
+	want := []Auth{
+		{Username: "u1", Password: "p1", Secret: &SecretSource{Namespace: "ns", Name: "json"}},
+		{Username: "u2", Password: "p2", Secret: &SecretSource{Namespace: "ns", Name: "cfg"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Lookup = %+v, want u1/p1 from ns/json then u2/p2 from ns/cfg", got)
+	}
+}
+
+// The hash is the kubelet's: a record it wrote for a secret matches the same secret here.
+func TestAuthHashIsTheKubelets(t *testing.T) {
+	// sha256 of {"username":"u","password":"p","email":"e@x"}, the kubelet's AuthConfig JSON.
+	const want = "81ca68cdff03c27e85aa0907582586fc0609858994808ba6e7b4edf8ca5924d1"
+	got := Auth{Username: "u", Password: "p", Email: "e@x", Secret: &SecretSource{Name: "not hashed"}}.Hash()
+	if got != want {
+		t.Errorf("Hash = %s, want %s", got, want)
 	}
 }
 

@@ -136,6 +136,9 @@ func TestEndpoints(t *testing.T) {
 		ResourceMetrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = io.WriteString(w, "resource_scrape_error 0\n")
 		}),
+		ProbeMetrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "prober_probe_total 3\n")
+		}),
 		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
 		Spec:    func() (any, error) { return map[string]int{"num_cores": 4}, nil },
 		HealthChecks: []healthz.HealthChecker{healthz.NamedCheck("unitlet-podsync", func(*http.Request) error {
@@ -161,6 +164,7 @@ func TestEndpoints(t *testing.T) {
 		{"/stats/summary?only_cpu_and_memory=true", `"nodeName":"cpu-and-memory"`},
 		{"/metrics", "kubelet_running_pods 2\n"},
 		{"/metrics/resource", "resource_scrape_error 0\n"},
+		{"/metrics/probes", "prober_probe_total 3\n"},
 		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
 		{"/spec", `{"num_cores":4}`},
 		{"/spec/", `{"num_cores":4}`},

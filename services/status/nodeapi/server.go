@@ -103,6 +103,8 @@ type Options struct {
 	Stats Stats // nil: /stats/summary answers 404
 	// Metrics serves /metrics; nil: 404.
 	Metrics http.Handler
+	// ProbeMetrics serves /metrics/probes; nil: 404.
+	ProbeMetrics http.Handler
 	// Configz returns the /configz body ({"kubeletconfig": ...}); nil: 404.
 	Configz func() ([]byte, error)
 	// Spec returns /spec's body, the machine's description (cAdvisor's MachineInfo); nil: 404.

@@ -189,6 +189,100 @@ func (x *GetInfoResponse) GetPendingConfigFields() []string {
 	return nil
 }
 
+type GetMetricsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which registry: "" for the process's own metrics (what its /metrics serves), or a named
+	// one the service keeps apart, as unitlet-podsync's "probes" (prober_probe_total and
+	// prober_probe_duration_seconds). A name the process does not have is NOT_FOUND.
+	Registry      string `protobuf:"bytes,1,opt,name=registry,proto3" json:"registry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetricsRequest) Reset() {
+	*x = GetMetricsRequest{}
+	mi := &file_unitlet_daemon_v1_daemon_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetricsRequest) ProtoMessage() {}
+
+func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_daemon_v1_daemon_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
+func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_unitlet_daemon_v1_daemon_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetMetricsRequest) GetRegistry() string {
+	if x != nil {
+		return x.Registry
+	}
+	return ""
+}
+
+type GetMetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gathered metric families, each an io.prometheus.client.MetricFamily
+	// (github.com/prometheus/client_model metrics.proto) in Prometheus's length-delimited
+	// protobuf encoding (application/vnd.google.protobuf; encoding=delimited), sorted by name.
+	MetricFamilies []byte `protobuf:"bytes,1,opt,name=metric_families,json=metricFamilies,proto3" json:"metric_families,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GetMetricsResponse) Reset() {
+	*x = GetMetricsResponse{}
+	mi := &file_unitlet_daemon_v1_daemon_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetricsResponse) ProtoMessage() {}
+
+func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_daemon_v1_daemon_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
+func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_unitlet_daemon_v1_daemon_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetMetricsResponse) GetMetricFamilies() []byte {
+	if x != nil {
+		return x.MetricFamilies
+	}
+	return nil
+}
+
 var File_unitlet_daemon_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
@@ -209,9 +303,15 @@ const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
 	"\x11config_generation\x18\b \x01(\x04R\x10configGeneration\x12:\n" +
 	"\x19pending_config_generation\x18\t \x01(\x04R\x17pendingConfigGeneration\x122\n" +
 	"\x15pending_config_fields\x18\n" +
-	" \x03(\tR\x13pendingConfigFields2a\n" +
+	" \x03(\tR\x13pendingConfigFields\"/\n" +
+	"\x11GetMetricsRequest\x12\x1a\n" +
+	"\bregistry\x18\x01 \x01(\tR\bregistry\"=\n" +
+	"\x12GetMetricsResponse\x12'\n" +
+	"\x0fmetric_families\x18\x01 \x01(\fR\x0emetricFamilies2\xbc\x01\n" +
 	"\rDaemonService\x12P\n" +
-	"\aGetInfo\x12!.unitlet.daemon.v1.GetInfoRequest\x1a\".unitlet.daemon.v1.GetInfoResponseB=Z;github.com/unitlet/unitlet/proto/unitlet/daemon/v1;daemonv1b\x06proto3"
+	"\aGetInfo\x12!.unitlet.daemon.v1.GetInfoRequest\x1a\".unitlet.daemon.v1.GetInfoResponse\x12Y\n" +
+	"\n" +
+	"GetMetrics\x12$.unitlet.daemon.v1.GetMetricsRequest\x1a%.unitlet.daemon.v1.GetMetricsResponseB=Z;github.com/unitlet/unitlet/proto/unitlet/daemon/v1;daemonv1b\x06proto3"
 
 var (
 	file_unitlet_daemon_v1_daemon_proto_rawDescOnce sync.Once
@@ -225,18 +325,22 @@ func file_unitlet_daemon_v1_daemon_proto_rawDescGZIP() []byte {
 	return file_unitlet_daemon_v1_daemon_proto_rawDescData
 }
 
-var file_unitlet_daemon_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_unitlet_daemon_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_unitlet_daemon_v1_daemon_proto_goTypes = []any{
 	(*GetInfoRequest)(nil),        // 0: unitlet.daemon.v1.GetInfoRequest
 	(*GetInfoResponse)(nil),       // 1: unitlet.daemon.v1.GetInfoResponse
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*GetMetricsRequest)(nil),     // 2: unitlet.daemon.v1.GetMetricsRequest
+	(*GetMetricsResponse)(nil),    // 3: unitlet.daemon.v1.GetMetricsResponse
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_unitlet_daemon_v1_daemon_proto_depIdxs = []int32{
-	2, // 0: unitlet.daemon.v1.GetInfoResponse.start_time:type_name -> google.protobuf.Timestamp
+	4, // 0: unitlet.daemon.v1.GetInfoResponse.start_time:type_name -> google.protobuf.Timestamp
 	0, // 1: unitlet.daemon.v1.DaemonService.GetInfo:input_type -> unitlet.daemon.v1.GetInfoRequest
-	1, // 2: unitlet.daemon.v1.DaemonService.GetInfo:output_type -> unitlet.daemon.v1.GetInfoResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	2, // 2: unitlet.daemon.v1.DaemonService.GetMetrics:input_type -> unitlet.daemon.v1.GetMetricsRequest
+	1, // 3: unitlet.daemon.v1.DaemonService.GetInfo:output_type -> unitlet.daemon.v1.GetInfoResponse
+	3, // 4: unitlet.daemon.v1.DaemonService.GetMetrics:output_type -> unitlet.daemon.v1.GetMetricsResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -253,7 +357,7 @@ func file_unitlet_daemon_v1_daemon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_daemon_v1_daemon_proto_rawDesc), len(file_unitlet_daemon_v1_daemon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DaemonService_GetInfo_FullMethodName = "/unitlet.daemon.v1.DaemonService/GetInfo"
+	DaemonService_GetInfo_FullMethodName    = "/unitlet.daemon.v1.DaemonService/GetInfo"
+	DaemonService_GetMetrics_FullMethodName = "/unitlet.daemon.v1.DaemonService/GetMetrics"
 )
 
 // DaemonServiceClient is the client API for DaemonService service.
@@ -34,6 +35,10 @@ type DaemonServiceClient interface {
 	// GetInfo reports the service's name, version and process. Anyone who can reach the
 	// socket may call it.
 	GetInfo(ctx context.Context, in *GetInfoRequest, opts ...grpc.CallOption) (*GetInfoResponse, error)
+	// GetMetrics gathers one of the process's Prometheus registries, for unitlet-status to
+	// serve the node's /metrics and /metrics/probes. Only root and members of the unitlet
+	// group may call it: the series name the node's pods.
+	GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error)
 }
 
 type daemonServiceClient struct {
@@ -54,6 +59,16 @@ func (c *daemonServiceClient) GetInfo(ctx context.Context, in *GetInfoRequest, o
 	return out, nil
 }
 
+func (c *daemonServiceClient) GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMetricsResponse)
+	err := c.cc.Invoke(ctx, DaemonService_GetMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DaemonServiceServer is the server API for DaemonService service.
 // All implementations must embed UnimplementedDaemonServiceServer
 // for forward compatibility.
@@ -63,6 +78,10 @@ type DaemonServiceServer interface {
 	// GetInfo reports the service's name, version and process. Anyone who can reach the
 	// socket may call it.
 	GetInfo(context.Context, *GetInfoRequest) (*GetInfoResponse, error)
+	// GetMetrics gathers one of the process's Prometheus registries, for unitlet-status to
+	// serve the node's /metrics and /metrics/probes. Only root and members of the unitlet
+	// group may call it: the series name the node's pods.
+	GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error)
 	mustEmbedUnimplementedDaemonServiceServer()
 }
 
@@ -75,6 +94,9 @@ type UnimplementedDaemonServiceServer struct{}
 
 func (UnimplementedDaemonServiceServer) GetInfo(context.Context, *GetInfoRequest) (*GetInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetInfo not implemented")
+}
+func (UnimplementedDaemonServiceServer) GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMetrics not implemented")
 }
 func (UnimplementedDaemonServiceServer) mustEmbedUnimplementedDaemonServiceServer() {}
 func (UnimplementedDaemonServiceServer) testEmbeddedByValue()                       {}
@@ -115,6 +137,24 @@ func _DaemonService_GetInfo_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DaemonService_GetMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DaemonServiceServer).GetMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DaemonService_GetMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DaemonServiceServer).GetMetrics(ctx, req.(*GetMetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DaemonService_ServiceDesc is the grpc.ServiceDesc for DaemonService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -125,6 +165,10 @@ var DaemonService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetInfo",
 			Handler:    _DaemonService_GetInfo_Handler,
+		},
+		{
+			MethodName: "GetMetrics",
+			Handler:    _DaemonService_GetMetrics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
