@@ -92,6 +92,8 @@ func (h *nodeHealth) results(ctx context.Context) map[string]error {
 	var wg sync.WaitGroup
 	for _, svc := range services {
 		wg.Go(func() {
+			// Not cancelled with the request that asked: the answer is shared with the
+			// other callers, and a client hanging up is no failure of the service.
 			err := h.probe(context.WithoutCancel(ctx), svc)
 			mu.Lock()
 			errs[svc] = err
