@@ -1,7 +1,6 @@
 package status
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,11 +15,13 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/unitlet/unitlet/services/status/machineinfo"
 	"github.com/unitlet/unitlet/services/status/nodeapi"
 	"github.com/unitlet/unitlet/services/status/nodemetrics"
 	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/services/status/podlogs"
 	"github.com/unitlet/unitlet/services/status/podstatus"
+	"github.com/unitlet/unitlet/services/status/resourcemetrics"
 	"github.com/unitlet/unitlet/services/status/stats"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -90,30 +91,36 @@ func (p parts) podStatus() *podstatus.Manager {
 // nodeAPI is the node's HTTPS API (:10250), its listener already bound.
 func (p parts) nodeAPI() (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
+	// /stats/summary and /metrics/resource read one provider, as the kubelet's do.
+	summary := stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
 	api, err := nodeapi.New(nodeapi.Options{
-		Address:                  net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
-		CertFile:                 kc.TLSCertFile,
-		KeyFile:                  kc.TLSPrivateKeyFile,
-		CertDir:                  p.nc.Paths.GetCertDir(),
-		TLSMinVersion:            kc.TLSMinVersion,
-		TLSCipherSuites:          kc.TLSCipherSuites,
-		TLSCurvePreferences:      kc.TLSCurvePreferences,
-		StreamingIdleTimeout:     kc.StreamingConnectionIdleTimeout.Duration,
-		ServerTLSBootstrap:       kc.ServerTLSBootstrap,
-		Hostname:                 p.nc.Node.GetHostname(),
-		IPs:                      p.nc.Node.GetIps(),
-		Authentication:           kc.Authentication,
-		Authorization:            kc.Authorization,
-		Client:                   p.client,
-		StandaloneUsers:          p.nodeAPIUsers,
-		NodeName:                 nodeName,
-		Pods:                     p.podsync,
-		Logs:                     podlogs.New(p.podsync, p.rt),
-		Stats:                    stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk}),
-		Metrics:                  nodemetrics.Handler(nodemetrics.Options{Sources: nodeMetricsSources(p.socketDir, p.reg), Timeout: metricsTimeout, ReportUp: true, Log: p.log.With("component", "node-metrics")}),
-		ProbeMetrics:             nodemetrics.Handler(nodemetrics.Options{Sources: probeMetricsSources(p.socketDir), Timeout: metricsTimeout, Log: p.log.With("component", "node-metrics")}),
-		Configz:                  func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
-		Healthz:                  func(context.Context) error { return nil },
+		Address:              net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
+		CertFile:             kc.TLSCertFile,
+		KeyFile:              kc.TLSPrivateKeyFile,
+		CertDir:              p.nc.Paths.GetCertDir(),
+		TLSMinVersion:        kc.TLSMinVersion,
+		TLSCipherSuites:      kc.TLSCipherSuites,
+		TLSCurvePreferences:  kc.TLSCurvePreferences,
+		StreamingIdleTimeout: kc.StreamingConnectionIdleTimeout.Duration,
+		ServerTLSBootstrap:   kc.ServerTLSBootstrap,
+		Hostname:             p.nc.Node.GetHostname(),
+		IPs:                  p.nc.Node.GetIps(),
+		Authentication:       kc.Authentication,
+		Authorization:        kc.Authorization,
+		Client:               p.client,
+		StandaloneUsers:      p.nodeAPIUsers,
+		NodeName:             nodeName,
+		Pods:                 p.podsync,
+		Logs:                 podlogs.New(p.podsync, p.rt),
+		Stats:                summary,
+		Metrics:              nodemetrics.Handler(nodemetrics.Options{Sources: nodeMetricsSources(p.socketDir, p.reg), Timeout: metricsTimeout, ReportUp: true, Log: p.log.With("component", "node-metrics")}),
+		ProbeMetrics:         nodemetrics.Handler(nodemetrics.Options{Sources: probeMetricsSources(p.socketDir), Timeout: metricsTimeout, Log: p.log.With("component", "node-metrics")}),
+		ResourceMetrics:      resourcemetrics.Handler(summary, resourcemetrics.DefaultBound, p.log.With("component", "resource-metrics")),
+		Configz:              func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
+		Spec: func() (any, error) {
+			return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc", RootDir: p.nc.Paths.GetRootDir(), Now: p.clk.Now}.Read()
+		},
+		HealthChecks:             newNodeHealth(p.socketDir, p.loops.Check).Checks(),
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
 		Log:                      p.log.With("component", "node-api"),
 	})

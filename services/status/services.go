@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -26,7 +24,7 @@ func checkServices(socketDir string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		var down []string
 		for _, svc := range append([]string{"config"}, presentOptionalServices(socketDir)...) {
-			if err := healthy(ctx, socketDir, svc); err != nil {
+			if err := healthy(ctx, socketDir, svc, healthTimeout); err != nil {
 				down = append(down, err.Error())
 			}
 		}
@@ -46,24 +44,6 @@ func presentOptionalServices(socketDir string) []string {
 		}
 	}
 	return present
-}
-
-func healthy(ctx context.Context, socketDir, svc string) error {
-	conn, err := bus.Dial(socketDir, svc)
-	if err != nil {
-		return fmt.Errorf("unitlet-%s unreachable: %v", svc, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return fmt.Errorf("unitlet-%s unreachable: %s", svc, grpcstatus.Convert(err).Message())
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("unitlet-%s not serving: %s", svc, resp.GetStatus())
-	}
-	return nil
 }
 
 // imageLister reads the runtime's images for node.status.images.

@@ -44,22 +44,25 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
+	if s.opts.ResourceMetrics != nil {
+		mux.Handle("GET /metrics/resource", s.opts.ResourceMetrics)
+	}
 	if s.opts.ProbeMetrics != nil {
 		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
 	}
 	if s.opts.Configz != nil {
 		mux.HandleFunc("GET /configz", s.getConfigz)
 	}
+	if s.opts.Spec != nil {
+		mux.HandleFunc("GET /spec", s.getSpec)
+		mux.HandleFunc("GET /spec/", s.getSpec)
+	}
 	return mux
 }
 
-// healthChecks are /healthz's checks: ping, and the node agent's own when there is one.
+// healthChecks are /healthz's checks: ping, and the node agent's.
 func (s *Server) healthChecks() []healthz.HealthChecker {
-	checks := []healthz.HealthChecker{healthz.PingHealthz}
-	if s.opts.Healthz != nil {
-		checks = append(checks, healthz.NamedCheck("unitlet", func(r *http.Request) error { return s.opts.Healthz(r.Context()) }))
-	}
-	return checks
+	return append([]healthz.HealthChecker{healthz.PingHealthz}, s.opts.HealthChecks...)
 }
 
 // debuggingRoutes are the kubelet's debugging handlers: container logs, exec, attach,
@@ -152,6 +155,15 @@ func (s *Server) getConfigz(w http.ResponseWriter, _ *http.Request) {
 	if _, err := w.Write(body); err != nil {
 		s.log.Debug("write response", "err", err)
 	}
+}
+
+func (s *Server) getSpec(w http.ResponseWriter, _ *http.Request) {
+	spec, err := s.opts.Spec()
+	if err != nil {
+		writeError(w, fmt.Errorf("read the machine's description: %w", err))
+		return
+	}
+	s.writeJSON(w, spec)
 }
 
 func (s *Server) getContainerLogs(w http.ResponseWriter, r *http.Request) {

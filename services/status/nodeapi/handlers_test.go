@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/healthz"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 )
@@ -132,16 +133,20 @@ func TestEndpoints(t *testing.T) {
 		Pods:    pods,
 		Stats:   fakeStats{},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "kubelet_running_pods 2\n") }),
+		ResourceMetrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "resource_scrape_error 0\n")
+		}),
 		ProbeMetrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = io.WriteString(w, "prober_probe_total 3\n")
 		}),
 		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
-		Healthz: func(context.Context) error {
+		Spec:    func() (any, error) { return map[string]int{"num_cores": 4}, nil },
+		HealthChecks: []healthz.HealthChecker{healthz.NamedCheck("unitlet-podsync", func(*http.Request) error {
 			if unhealthy.Load() {
 				return errors.New("podsync unreachable")
 			}
 			return nil
-		},
+		})},
 	})
 	c, base := client(t), "https://"+s.Address()
 
@@ -158,8 +163,11 @@ func TestEndpoints(t *testing.T) {
 		{"/stats/summary", `"nodeName":"full"`},
 		{"/stats/summary?only_cpu_and_memory=true", `"nodeName":"cpu-and-memory"`},
 		{"/metrics", "kubelet_running_pods 2\n"},
+		{"/metrics/resource", "resource_scrape_error 0\n"},
 		{"/metrics/probes", "prober_probe_total 3\n"},
 		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
+		{"/spec", `{"num_cores":4}`},
+		{"/spec/", `{"num_cores":4}`},
 		{"/healthz", "ok"},
 	} {
 		code, body := do(t, c, http.MethodGet, base+tc.path, "")
@@ -211,12 +219,12 @@ func TestServeHealthz(t *testing.T) {
 	var unhealthy atomic.Bool
 	s := startServer(t, Options{
 		Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz, Pods: &fakePods{},
-		Healthz: func(context.Context) error {
+		HealthChecks: []healthz.HealthChecker{healthz.NamedCheck("unitlet-podsync", func(*http.Request) error {
 			if unhealthy.Load() {
 				return errors.New("podsync unreachable")
 			}
 			return nil
-		},
+		})},
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -241,8 +249,8 @@ func TestServeHealthz(t *testing.T) {
 		t.Errorf("GET /pods on the healthz port: %d, want 404", code)
 	}
 	unhealthy.Store(true)
-	if code, _ := get("/healthz"); code != http.StatusInternalServerError {
-		t.Errorf("GET /healthz while unhealthy: %d, want 500", code)
+	if code, body := get("/healthz"); code != http.StatusInternalServerError || !strings.Contains(body, "[-]unitlet-podsync failed") {
+		t.Errorf("GET /healthz while unhealthy: %d %q, want 500 naming unitlet-podsync", code, body)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -1,7 +1,7 @@
 // Package nodeapi serves the node's HTTPS API on :10250 as the kubelet serves it: /healthz,
-// /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics and
-// /configz, behind the kubelet's x509 / TokenReview authentication and SubjectAccessReview
-// authorization on nodes/<subresource>.
+// /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics,
+// /metrics/resource, /configz and /spec, behind the kubelet's x509 / TokenReview authentication
+// and SubjectAccessReview authorization on nodes/<subresource>.
 package nodeapi
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -106,8 +107,13 @@ type Options struct {
 	ProbeMetrics http.Handler
 	// Configz returns the /configz body ({"kubeletconfig": ...}); nil: 404.
 	Configz func() ([]byte, error)
-	// Healthz reports the node agent's health for /healthz; nil: always healthy.
-	Healthz func(ctx context.Context) error
+	// Spec returns /spec's body, the machine's description (cAdvisor's MachineInfo); nil: 404.
+	Spec func() (any, error)
+	// ResourceMetrics serves /metrics/resource; nil: 404.
+	ResourceMetrics http.Handler
+	// HealthChecks are /healthz's checks besides ping, on the node API and on ServeHealthz's
+	// listener; a failing one is named in the answer.
+	HealthChecks []healthz.HealthChecker
 	// DisableDebuggingHandlers answers container logs, exec, attach, port forwarding and
 	// run with 405 (kubelet config enableDebuggingHandlers: false).
 	DisableDebuggingHandlers bool

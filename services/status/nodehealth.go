@@ -1,0 +1,131 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
+	"k8s.io/apiserver/pkg/server/healthz"
+
+	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
+	"github.com/unitlet/unitlet/shared/bus"
+)
+
+// Bounds of the node's /healthz: every service is asked at most once per
+// nodeHealthCacheFor however often /healthz is polled, and a service that does not answer
+// its health check and GetInfo within nodeHealthTimeout fails it.
+const (
+	nodeHealthTimeout  = time.Second
+	nodeHealthCacheFor = time.Second
+)
+
+// requiredServices run on every node; a node without one of them is not a working node.
+var requiredServices = []string{"config", "podsync"}
+
+// nodeHealth is /healthz of the node agent, on the node API and on healthzPort: one check
+// per unitlet service, so a failure names the service. The kubelet's /healthz is its own
+// health; the node agent is six processes, and it is healthy only when all of them are.
+type nodeHealth struct {
+	socketDir string
+	// self is unitlet-status's own health (its loops).
+	self func() error
+	// probe asks one other service over the bus.
+	probe func(ctx context.Context, svc string) error
+	now   func() time.Time
+
+	mu   sync.Mutex
+	at   time.Time
+	errs map[string]error
+	// seen are the optional services whose socket was there once: a service whose socket
+	// goes away stays expected until unitlet-status restarts (fail closed).
+	seen map[string]bool
+}
+
+func newNodeHealth(socketDir string, self func() error) *nodeHealth {
+	return &nodeHealth{
+		socketDir: socketDir,
+		self:      self,
+		probe: func(ctx context.Context, svc string) error {
+			return healthy(ctx, socketDir, svc, nodeHealthTimeout)
+		},
+		now:  time.Now,
+		seen: map[string]bool{},
+	}
+}
+
+// Checks are /healthz's checks besides ping: unitlet-status itself, then each other service.
+func (h *nodeHealth) Checks() []healthz.HealthChecker {
+	var checks []healthz.HealthChecker
+	for _, svc := range append([]string{ServiceName}, append(requiredServices, optionalServices...)...) {
+		checks = append(checks, healthz.NamedCheck("unitlet-"+svc, func(r *http.Request) error {
+			return h.results(r.Context())[svc]
+		}))
+	}
+	return checks
+}
+
+// results are the services' health, asked again when older than nodeHealthCacheFor.
+// Callers meanwhile wait for the answer in progress instead of asking again.
+func (h *nodeHealth) results(ctx context.Context) map[string]error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.errs != nil && h.now().Sub(h.at) < nodeHealthCacheFor {
+		return h.errs
+	}
+	services := append([]string{}, requiredServices...)
+	for _, svc := range optionalServices {
+		if !h.seen[svc] {
+			if _, err := os.Stat(bus.SocketPath(h.socketDir, svc)); err != nil {
+				continue
+			}
+			h.seen[svc] = true
+		}
+		services = append(services, svc)
+	}
+	errs := make(map[string]error, len(services)+1)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, svc := range services {
+		wg.Go(func() {
+			// Not cancelled with the request that asked: the answer is shared with the
+			// other callers, and a client hanging up is no failure of the service.
+			err := h.probe(context.WithoutCancel(ctx), svc)
+			mu.Lock()
+			errs[svc] = err
+			mu.Unlock()
+		})
+	}
+	if err := h.self(); err != nil {
+		errs[ServiceName] = err
+	}
+	wg.Wait()
+	h.errs, h.at = errs, h.now()
+	return errs
+}
+
+// healthy asks a service for its gRPC health and its GetInfo, within timeout.
+func healthy(ctx context.Context, socketDir, svc string, timeout time.Duration) error {
+	conn, err := bus.Dial(socketDir, svc)
+	if err != nil {
+		return fmt.Errorf("unitlet-%s unreachable: %v", svc, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("unitlet-%s unreachable: %s", svc, grpcstatus.Convert(err).Message())
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("unitlet-%s not serving: %s", svc, resp.GetStatus())
+	}
+	if _, err := daemonv1.NewDaemonServiceClient(conn).GetInfo(ctx, &daemonv1.GetInfoRequest{}); err != nil {
+		return fmt.Errorf("unitlet-%s does not answer GetInfo: %s", svc, grpcstatus.Convert(err).Message())
+	}
+	return nil
+}
