@@ -57,6 +57,12 @@ func BenchmarkMetricsScrapeVsKubelet(b *testing.B) {
 		b.Fatal(err)
 	}
 	registerNode(b)
+	// The pods mount the default service account's token; on a fresh stack the account
+	// comes a moment after the API server.
+	stack.WaitFor(b, time.Minute, "service account default/default", func(ctx context.Context) (bool, string) {
+		_, err := benchClient(b).CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	var results []scrapeResult
 	for range b.N {
 		results = append(results, scrapeAt100Pods(b, "unitlet", unitletNode)...)
