@@ -114,6 +114,8 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Configz:                  func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
 		Healthz:                  func(context.Context) error { return nil },
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
+		SystemLogHandler:         ptr.Deref(kc.EnableSystemLogHandler, true),
+		SystemLogQuery:           ptr.Deref(kc.EnableSystemLogQuery, false),
 		Log:                      p.log.With("component", "node-api"),
 	})
 	if err != nil {
