@@ -611,6 +611,13 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	if svc == "podsync" || svc == "eviction" {
 		fmt.Fprintf(&b, "Environment=UNITLET_CGROUP_MOUNT=%s\n", machineHostCgroupMount)
 	}
+	if svc == "status" {
+		// In an nspawn machine, journalctl run under ProtectKernelTunables= or
+		// ProtectControlGroups= (each alone, tried one by one) lists the journal's units
+		// but reads no entry ("-- No entries --"), so the node log query
+		// (TestNodeLogQuery*) could not be tested here under the shipped unit's sandbox.
+		b.WriteString("ProtectKernelTunables=no\nProtectControlGroups=no\n")
+	}
 	fmt.Fprintf(&b, "ReadWritePaths=%s\n", rw)
 	b.WriteString("StandardOutput=journal+console\nStandardError=journal+console\n")
 	return b.String()

@@ -10,13 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 )
 
 // A role holding only "get nodes/proxy" (what monitoring roles hold) reads /pods on the
@@ -24,39 +17,9 @@ import (
 // GET: the node API authorizes exec, attach, portForward and run as "create".
 func TestNodeAPIGetProxyDoesNotMeanExec(t *testing.T) {
 	base := nodeAPI(t)
-	c := admin(t)
-	ctx := context.Background()
-	const name = "nodes-proxy-get"
 	createPod(t, busyboxPod("authz-target", "sleep 3600"))
 	apiPodRunningReady(t, "authz-target", 2*time.Minute)
-
-	if _, err := c.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.CoreV1().ServiceAccounts("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}}}}
-	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}},
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	tok, err := c.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bearer := tok.Status.Token
+	bearer := serviceAccountToken(t, "nodes-proxy-get", "nodes/proxy")
 
 	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	// RBAC takes a moment to reach the authorizer's cache; the node API caches refusals

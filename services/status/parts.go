@@ -122,6 +122,8 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		},
 		HealthChecks:             newNodeHealth(p.socketDir, p.loops.Check).Checks(),
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
+		SystemLogHandler:         ptr.Deref(kc.EnableSystemLogHandler, true),
+		SystemLogQuery:           ptr.Deref(kc.EnableSystemLogQuery, false),
 		Log:                      p.log.With("component", "node-api"),
 	})
 	if err != nil {

@@ -49,6 +49,7 @@ var Uses = map[string][]string{
 		"address", "port", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "serverTLSBootstrap",
 		"authentication", "authorization", "streamingConnectionIdleTimeout", "nodeStatusUpdateFrequency", "nodeStatusReportFrequency",
 		"nodeLeaseDurationSeconds", "nodeStatusMaxImages", "registerNode", "registerWithTaints", "enableDebuggingHandlers", "healthzPort", "healthzBindAddress",
+		"enableSystemLogHandler", "enableSystemLogQuery",
 	}),
 	"volumes": join(apiClientFields, eventFields, criFields, []string{"syncFrequency"}),
 	"eviction": join(criFields, nodeFields, []string{

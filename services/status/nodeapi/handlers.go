@@ -36,6 +36,7 @@ func (s *Server) routes() http.Handler {
 		}
 	} else {
 		s.debuggingRoutes(mux)
+		s.systemLogRoutes(mux)
 	}
 
 	if s.opts.Stats != nil {

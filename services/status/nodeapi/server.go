@@ -1,7 +1,8 @@
 // Package nodeapi serves the node's HTTPS API on :10250 as the kubelet serves it: /healthz,
 // /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics,
-// /metrics/resource, /configz and /spec, behind the kubelet's x509 / TokenReview authentication
-// and SubjectAccessReview authorization on nodes/<subresource>.
+// /metrics/resource, /metrics/probes, /configz, /spec and /logs/ (the files under /var/log
+// and the node log query), behind the kubelet's x509 / TokenReview authentication and
+// SubjectAccessReview authorization on nodes/<subresource>.
 package nodeapi
 
 import (
@@ -117,7 +118,17 @@ type Options struct {
 	// DisableDebuggingHandlers answers container logs, exec, attach, port forwarding and
 	// run with 405 (kubelet config enableDebuggingHandlers: false).
 	DisableDebuggingHandlers bool
-	Log                      *slog.Logger
+	// SystemLogHandler serves /logs/, the files under LogDir (config
+	// enableSystemLogHandler); without it /logs/ answers 405. SystemLogQuery adds the node
+	// log query, the journal of the node's services (enableSystemLogQuery). Both need the
+	// debugging handlers, as on the kubelet.
+	SystemLogHandler bool
+	SystemLogQuery   bool
+	// LogDir is the directory /logs/ serves ("": /var/log), and Journalctl the program
+	// the node log query runs ("": journalctl in PATH).
+	LogDir     string
+	Journalctl string
+	Log        *slog.Logger
 }
 
 // Server is the node's HTTPS API.

@@ -350,7 +350,7 @@ func TestWebhookAuthorizationAsksForTheKubeletsSubresources(t *testing.T) {
 		{http.MethodGet, "/healthz", http.StatusOK, []string{"healthz", "proxy"}, "get"},
 		{http.MethodGet, "/stats/summary", http.StatusOK, []string{"stats"}, "get"},
 		{http.MethodGet, "/metrics", http.StatusOK, []string{"metrics"}, "get"},
-		{http.MethodGet, "/logs/syslog", http.StatusNotFound, []string{"log"}, "get"},
+		{http.MethodGet, "/logs/syslog", http.StatusMethodNotAllowed, []string{"log"}, "get"}, // SystemLogHandler unset
 		{http.MethodGet, "/spec/", http.StatusForbidden, []string{"spec"}, "get"},
 		{http.MethodPost, "/checkpoint/default/web/app", http.StatusForbidden, []string{"checkpoint"}, "create"},
 		{http.MethodPost, "/exec/default/nope/app?command=ls&output=1", http.StatusNotFound, []string{"proxy"}, "create"},
