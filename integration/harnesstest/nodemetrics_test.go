@@ -224,9 +224,13 @@ func TestNodeMetricsProbes(t *testing.T) {
 		t.Errorf("prober_probe_duration_seconds has no series for the pod's readiness probe: %v", fams["prober_probe_duration_seconds"])
 	}
 	for name := range fams {
-		if !strings.HasPrefix(name, "prober_") {
+		if !strings.HasPrefix(name, "prober_") && name != "process_start_time_seconds" {
 			t.Errorf("/metrics/probes carries %s", name)
 		}
+	}
+	// As the kubelet's: the prober's process start time (podsync's).
+	if st := fams["process_start_time_seconds"].GetMetric(); len(st) != 1 || st[0].GetGauge().GetValue() < float64(time.Now().Add(-24*time.Hour).Unix()) {
+		t.Errorf("/metrics/probes process_start_time_seconds = %v, want podsync's start time", st)
 	}
 	lintNames(t, fams)
 }

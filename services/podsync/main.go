@@ -120,6 +120,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// The prober's metrics are apart from the rest, as the kubelet serves them on
 	// /metrics/probes and not on /metrics; unitlet-status gathers them over the bus.
 	probeReg := prometheus.NewRegistry()
+	// With the process's start time, as the kubelet's /metrics/probes has it.
+	probeReg.MustRegister(processStartTime())
 	d.AddRegistry("probes", probeReg)
 	probes := prober.NewManager(rt, clk, probeReg, log.With("component", "prober"))
 	probes.RecordEvents(events.Event)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/unitlet/unitlet/services/podsync/podworker"
@@ -104,4 +105,27 @@ func (m *metrics) observe(ob podworker.Observed) {
 	}
 	m.runningPods.Set(float64(pods))
 	m.containers.WithLabelValues("running").Set(float64(ctrs))
+}
+
+// processStartTime is process_start_time_seconds: when this process started, in seconds
+// since the epoch, from /proc.
+func processStartTime() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "process_start_time_seconds",
+		Help: "Start time of the process since unix epoch in seconds.",
+	}, func() float64 {
+		p, err := procfs.Self()
+		if err != nil {
+			return 0
+		}
+		st, err := p.Stat()
+		if err != nil {
+			return 0
+		}
+		t, err := st.StartTime()
+		if err != nil {
+			return 0
+		}
+		return t
+	})
 }
