@@ -74,8 +74,17 @@ func Open(dir string, policy Policy, reg prometheus.Registerer, log *slog.Logger
 		}
 	}
 	if reg != nil {
-		if err := reg.Register(r.checks); err != nil {
-			return nil, err
+		onDisk := func(name, help, dir string) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(r.count(dir)) })
+		}
+		for _, c := range []prometheus.Collector{
+			r.checks,
+			onDisk("kubelet_imagemanager_ondisk_pullintents", "Number of image pull intents stored on disk.", r.pulling),
+			onDisk("kubelet_imagemanager_ondisk_pulledrecords", "Number of image pulled records stored on disk.", r.pulled),
+		} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return r, nil
@@ -83,6 +92,21 @@ func Open(dir string, policy Policy, reg prometheus.Registerer, log *slog.Logger
 
 func fileName(key string) string {
 	return fmt.Sprintf("%s%x", filePrefix, sha256.Sum256([]byte(key)))
+}
+
+// count is the number of records in dir.
+func (r *Records) count(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasPrefix(e.Name(), filePrefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // Recover settles the intents a crash left behind: an image the runtime now has under an

@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -252,3 +255,27 @@ func TestNames(t *testing.T) {
 }
 
 const sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+func TestOnDiskGauges(t *testing.T) {
+	p, _ := NewPolicy(kubeletv1beta1.NeverVerifyPreloadedImages, nil)
+	reg := prometheus.NewRegistry()
+	r, err := Open(t.TempDir(), p, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Intend("a:1"); err != nil {
+		t.Fatal(err)
+	}
+	pull(t, r, private, Credential{})
+	want := `
+# HELP kubelet_imagemanager_ondisk_pulledrecords Number of image pulled records stored on disk.
+# TYPE kubelet_imagemanager_ondisk_pulledrecords gauge
+kubelet_imagemanager_ondisk_pulledrecords 1
+# HELP kubelet_imagemanager_ondisk_pullintents Number of image pull intents stored on disk.
+# TYPE kubelet_imagemanager_ondisk_pullintents gauge
+kubelet_imagemanager_ondisk_pullintents 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_imagemanager_ondisk_pulledrecords", "kubelet_imagemanager_ondisk_pullintents"); err != nil {
+		t.Error(err)
+	}
+}
