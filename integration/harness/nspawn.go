@@ -616,6 +616,8 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 		// ProtectControlGroups= (each alone, tried one by one) lists the journal's units
 		// but reads no entry ("-- No entries --"), so the node log query
 		// (TestNodeLogQuery*) could not be tested here under the shipped unit's sandbox.
+		// On a real kernel the shipped unit reads the journal as it is
+		// (vmtest's TestJournalReadableUnderTheStatusUnitsSandbox).
 		b.WriteString("ProtectKernelTunables=no\nProtectControlGroups=no\n")
 	}
 	fmt.Fprintf(&b, "ReadWritePaths=%s\n", rw)
