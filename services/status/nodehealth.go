@@ -101,7 +101,9 @@ func (h *nodeHealth) results(ctx context.Context) map[string]error {
 		})
 	}
 	if err := h.self(); err != nil {
+		mu.Lock()
 		errs[ServiceName] = err
+		mu.Unlock()
 	}
 	wg.Wait()
 	h.errs, h.at = errs, h.now()
