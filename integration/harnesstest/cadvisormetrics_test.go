@@ -1,0 +1,140 @@
+package harnesstest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/promtext"
+)
+
+// A container limited to 64Mi and 500m, spinning and holding 20 MiB in /dev/shm, shows in
+// /metrics/cadvisor (read through the API server's node proxy, as Prometheus scrapes a
+// kubelet) with its limits, its working set, its rising CPU time and cAdvisor's labels,
+// from the cgroups the stack's containerd made on the host's cgroup v1 tree; its pod
+// cgroup shows with container "".
+func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
+	p := busyboxPod("cadvisor-hog", "dd if=/dev/zero of=/dev/shm/hold bs=1M count=20 && while :; do :; done")
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+		corev1.ResourceMemory: resource.MustParse("64Mi"),
+		corev1.ResourceCPU:    resource.MustParse("500m"),
+	}
+	createPod(t, p)
+	waitPod(t, time.Minute, "default/cadvisor-hog", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
+	container := map[string]string{"container": "main", "pod": "cadvisor-hog", "namespace": "default"}
+	pod := map[string]string{"container": "", "pod": "cadvisor-hog", "namespace": "default"}
+
+	scrape := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		var families map[string]*dto.MetricFamily
+		stack.WaitFor(t, 60*time.Second, "cadvisor-hog's working set of 20 MiB in /metrics/cadvisor", func(ctx context.Context) (bool, string) {
+			code, body := nodeProxyGet(ctx, t, "/metrics/cadvisor")
+			if code != http.StatusOK {
+				return false, fmt.Sprintf("%d %s", code, body)
+			}
+			families = parseExposition(t, body)
+			m := cadvisorSample(families, "container_memory_working_set_bytes", container)
+			return m != nil && promtext.Value(m) >= 20<<20, body
+		})
+		return families
+	}
+	before := scrape()
+	time.Sleep(5 * time.Second)
+	families := scrape()
+
+	c := cadvisorSample(families, "container_memory_working_set_bytes", container)
+	for _, l := range []string{"id", "name", "image"} {
+		if labelValue(c, l) == "" {
+			t.Errorf("container_memory_working_set_bytes%v has no %s label: %v", container, l, c.GetLabel())
+		}
+	}
+	if img := labelValue(c, "image"); img != "unitlet.local/busybox:1" {
+		t.Errorf("image label %q, want unitlet.local/busybox:1", img)
+	}
+	for _, want := range []struct {
+		name   string
+		labels map[string]string
+		value  float64
+	}{
+		{"container_spec_memory_limit_bytes", container, 64 << 20},
+		{"container_spec_cpu_quota", container, 50000},
+		{"container_spec_cpu_period", container, 100000},
+		{"container_spec_cpu_shares", container, 512},
+		{"container_scrape_error", map[string]string{}, 0},
+	} {
+		m := cadvisorSample(families, want.name, want.labels)
+		if m == nil || promtext.Value(m) != want.value {
+			t.Errorf("%s%v = %v, want %v", want.name, want.labels, m, want.value)
+		}
+	}
+	for _, want := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"container_memory_usage_bytes", container},
+		{"container_memory_cache", container},
+		{"container_cpu_user_seconds_total", container},
+		{"container_cpu_cfs_periods_total", container},
+		{"container_cpu_cfs_throttled_periods_total", container},
+		{"container_start_time_seconds", container},
+		{"container_last_seen", container},
+		{"container_memory_working_set_bytes", pod},
+		{"container_cpu_usage_seconds_total", pod},
+		{"machine_cpu_cores", map[string]string{}},
+		{"machine_memory_bytes", map[string]string{}},
+	} {
+		if m := cadvisorSample(families, want.name, want.labels); m == nil || promtext.Value(m) <= 0 {
+			t.Errorf("%s%v = %v, want above 0", want.name, want.labels, m)
+		}
+	}
+	for _, want := range []string{"container_memory_rss", "container_memory_failcnt", "container_oom_events_total"} {
+		if cadvisorSample(families, want, container) == nil {
+			t.Errorf("no %s%v", want, container)
+		}
+	}
+	// Throttled at half a core, the spinning container's CPU time rises by about 0.5 s a
+	// second.
+	cpu := map[string]string{"container": "main", "pod": "cadvisor-hog", "namespace": "default", "cpu": "total"}
+	m1, m2 := cadvisorSample(before, "container_cpu_usage_seconds_total", cpu), cadvisorSample(families, "container_cpu_usage_seconds_total", cpu)
+	if m1 == nil || m2 == nil || m2.GetTimestampMs() <= m1.GetTimestampMs() {
+		t.Fatalf("container_cpu_usage_seconds_total%v: %v then %v", cpu, m1, m2)
+	}
+	cores := (promtext.Value(m2) - promtext.Value(m1)) / (float64(m2.GetTimestampMs()-m1.GetTimestampMs()) / 1000)
+	t.Logf("cadvisor-hog: %.3f cores, working set %.1f MiB, network series: %d", cores, promtext.Value(c)/(1<<20), len(families["container_network_receive_bytes_total"].GetMetric()))
+	if cores < 0.35 || cores > 0.6 {
+		t.Errorf("container_cpu_usage_seconds_total rose by %.3f cores, want about 0.5 (its limit)", cores)
+	}
+}
+
+// cadvisorSample is the first series of families[name] carrying labels (others besides),
+// an absent label counting as "".
+func cadvisorSample(families map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
+	for _, m := range families[name].GetMetric() {
+		match := true
+		for k, v := range labels {
+			if labelValue(m, k) != v {
+				match = false
+			}
+		}
+		if match {
+			return m
+		}
+	}
+	return nil
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
