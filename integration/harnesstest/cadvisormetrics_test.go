@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,9 @@ func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
 			t.Errorf("container_memory_working_set_bytes%v has no %s label: %v", container, l, c.GetLabel())
 		}
 	}
+	if id, name := labelValue(c, "id"), labelValue(c, "name"); !strings.HasPrefix(id, "/unitlet-") || !strings.Contains(id, "/kubepods/") || !strings.HasSuffix(id, "/"+name) {
+		t.Errorf("id %q name %q: want the container's cgroup path under the node's cgroupRoot, ending in its ID", id, name)
+	}
 	if img := labelValue(c, "image"); img != "unitlet.local/busybox:1" {
 		t.Errorf("image label %q, want unitlet.local/busybox:1", img)
 	}
@@ -89,10 +93,16 @@ func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
 		{"container_cpu_usage_seconds_total", pod},
 		{"machine_cpu_cores", map[string]string{}},
 		{"machine_memory_bytes", map[string]string{}},
+		// The pod's traffic, from the runtime's pod sandbox stats: at least its IPv6
+		// neighbour discovery.
+		{"container_network_transmit_bytes_total", withInterface(pod)},
 	} {
 		if m := cadvisorSample(families, want.name, want.labels); m == nil || promtext.Value(m) <= 0 {
 			t.Errorf("%s%v = %v, want above 0", want.name, want.labels, m)
 		}
+	}
+	if cadvisorSample(families, "container_network_receive_bytes_total", withInterface(pod)) == nil {
+		t.Errorf("no container_network_receive_bytes_total%v", withInterface(pod))
 	}
 	for _, want := range []string{"container_memory_rss", "container_memory_failcnt", "container_oom_events_total"} {
 		if cadvisorSample(families, want, container) == nil {
@@ -128,6 +138,14 @@ func cadvisorSample(families map[string]*dto.MetricFamily, name string, labels m
 		}
 	}
 	return nil
+}
+
+func withInterface(labels map[string]string) map[string]string {
+	out := map[string]string{"interface": "eth0"}
+	for k, v := range labels {
+		out[k] = v
+	}
+	return out
 }
 
 func labelValue(m *dto.Metric, name string) string {
