@@ -2,8 +2,6 @@ package harnesstest
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -34,32 +32,29 @@ func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
 
 	scrape := func() map[string]*dto.MetricFamily {
 		t.Helper()
-		var families map[string]*dto.MetricFamily
-		stack.WaitFor(t, 60*time.Second, "cadvisor-hog's working set of 20 MiB in /metrics/cadvisor", func(ctx context.Context) (bool, string) {
+		get := func(ctx context.Context) (int, string, error) {
 			code, body := nodeProxyGet(ctx, t, "/metrics/cadvisor")
-			if code != http.StatusOK {
-				return false, fmt.Sprintf("%d %s", code, body)
-			}
-			families = parseExposition(t, body)
-			m := cadvisorSample(families, "container_memory_working_set_bytes", container)
-			return m != nil && promtext.Value(m) >= 20<<20, body
+			return code, body, nil
+		}
+		return stack.Scrape(t, time.Minute, "cadvisor-hog's working set of 20 MiB in /metrics/cadvisor", get, func(families map[string]*dto.MetricFamily) bool {
+			m := promtext.Find(families, "container_memory_working_set_bytes", container)
+			return m != nil && promtext.Value(m) >= 20<<20
 		})
-		return families
 	}
 	before := scrape()
 	time.Sleep(5 * time.Second)
 	families := scrape()
 
-	c := cadvisorSample(families, "container_memory_working_set_bytes", container)
+	c := promtext.Find(families, "container_memory_working_set_bytes", container)
 	for _, l := range []string{"id", "name", "image"} {
-		if labelValue(c, l) == "" {
+		if promtext.Label(c, l) == "" {
 			t.Errorf("container_memory_working_set_bytes%v has no %s label: %v", container, l, c.GetLabel())
 		}
 	}
-	if id, name := labelValue(c, "id"), labelValue(c, "name"); !strings.HasPrefix(id, "/unitlet-") || !strings.Contains(id, "/kubepods/") || !strings.HasSuffix(id, "/"+name) {
+	if id, name := promtext.Label(c, "id"), promtext.Label(c, "name"); !strings.HasPrefix(id, "/unitlet-") || !strings.Contains(id, "/kubepods/") || !strings.HasSuffix(id, "/"+name) {
 		t.Errorf("id %q name %q: want the container's cgroup path under the node's cgroupRoot, ending in its ID", id, name)
 	}
-	if img := labelValue(c, "image"); img != "unitlet.local/busybox:1" {
+	if img := promtext.Label(c, "image"); img != "unitlet.local/busybox:1" {
 		t.Errorf("image label %q, want unitlet.local/busybox:1", img)
 	}
 	for _, want := range []struct {
@@ -73,7 +68,7 @@ func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
 		{"container_spec_cpu_shares", container, 512},
 		{"container_scrape_error", map[string]string{}, 0},
 	} {
-		m := cadvisorSample(families, want.name, want.labels)
+		m := promtext.Find(families, want.name, want.labels)
 		if m == nil || promtext.Value(m) != want.value {
 			t.Errorf("%s%v = %v, want %v", want.name, want.labels, m, want.value)
 		}
@@ -97,47 +92,29 @@ func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
 		// neighbour discovery.
 		{"container_network_transmit_bytes_total", withInterface(pod)},
 	} {
-		if m := cadvisorSample(families, want.name, want.labels); m == nil || promtext.Value(m) <= 0 {
+		if m := promtext.Find(families, want.name, want.labels); m == nil || promtext.Value(m) <= 0 {
 			t.Errorf("%s%v = %v, want above 0", want.name, want.labels, m)
 		}
 	}
-	if cadvisorSample(families, "container_network_receive_bytes_total", withInterface(pod)) == nil {
+	if promtext.Find(families, "container_network_receive_bytes_total", withInterface(pod)) == nil {
 		t.Errorf("no container_network_receive_bytes_total%v", withInterface(pod))
 	}
 	for _, want := range []string{"container_memory_rss", "container_memory_failcnt", "container_oom_events_total"} {
-		if cadvisorSample(families, want, container) == nil {
+		if promtext.Find(families, want, container) == nil {
 			t.Errorf("no %s%v", want, container)
 		}
 	}
 	// Throttled at half a core, the spinning container's CPU time rises by about 0.5 s a
 	// second.
 	cpu := map[string]string{"container": "main", "pod": "cadvisor-hog", "namespace": "default", "cpu": "total"}
-	m1, m2 := cadvisorSample(before, "container_cpu_usage_seconds_total", cpu), cadvisorSample(families, "container_cpu_usage_seconds_total", cpu)
-	if m1 == nil || m2 == nil || m2.GetTimestampMs() <= m1.GetTimestampMs() {
-		t.Fatalf("container_cpu_usage_seconds_total%v: %v then %v", cpu, m1, m2)
+	cores, err := promtext.Rate(promtext.Find(before, "container_cpu_usage_seconds_total", cpu), promtext.Find(families, "container_cpu_usage_seconds_total", cpu))
+	if err != nil {
+		t.Fatalf("container_cpu_usage_seconds_total%v: %v", cpu, err)
 	}
-	cores := (promtext.Value(m2) - promtext.Value(m1)) / (float64(m2.GetTimestampMs()-m1.GetTimestampMs()) / 1000)
 	t.Logf("cadvisor-hog: %.3f cores, working set %.1f MiB, network series: %d", cores, promtext.Value(c)/(1<<20), len(families["container_network_receive_bytes_total"].GetMetric()))
 	if cores < 0.35 || cores > 0.6 {
 		t.Errorf("container_cpu_usage_seconds_total rose by %.3f cores, want about 0.5 (its limit)", cores)
 	}
-}
-
-// cadvisorSample is the first series of families[name] carrying labels (others besides),
-// an absent label counting as "".
-func cadvisorSample(families map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
-	for _, m := range families[name].GetMetric() {
-		match := true
-		for k, v := range labels {
-			if labelValue(m, k) != v {
-				match = false
-			}
-		}
-		if match {
-			return m
-		}
-	}
-	return nil
 }
 
 func withInterface(labels map[string]string) map[string]string {
@@ -146,13 +123,4 @@ func withInterface(labels map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
