@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/unitlet/unitlet/shared/promtext"
 )
 
 // Main is TestMain for a package of integration tests that share one stack: it brings the
@@ -101,6 +106,25 @@ func (h *Harness) WaitFor(t testing.TB, within time.Duration, what string, cond 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Scrape GETs a Prometheus text exposition with get until ready holds for its parsed
+// families, within within; a page that does not parse, or gives a series twice, fails the
+// test at once.
+func (h *Harness) Scrape(t testing.TB, within time.Duration, what string, get func(ctx context.Context) (int, string, error), ready func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
+	t.Helper()
+	var families map[string]*dto.MetricFamily
+	h.WaitFor(t, within, what, func(ctx context.Context) (bool, string) {
+		code, body, err := get(ctx)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Sprintf("%d %s %v", code, body, err)
+		}
+		if families, err = promtext.Parse(body); err != nil {
+			t.Fatalf("%v\n%s", err, body)
+		}
+		return ready(families), body
+	})
+	return families
 }
 
 // InNode runs a command inside node (see Exec) and returns its trimmed output; a failure

@@ -32,6 +32,9 @@ type Config struct {
 	// NodeAPIUsers are the x509 user names (certificate common names) a standalone node's
 	// API serves; with an API server, SubjectAccessReview decides instead.
 	NodeAPIUsers []string `env:"NODE_API_USERS" envSeparator:","`
+	// CgroupMount is where the cgroup filesystem holding the pods' cgroups is mounted: the
+	// v2 hierarchy, or the v1 controllers' directories (/metrics/cadvisor reads them).
+	CgroupMount string `env:"CGROUP_MOUNT" envDefault:"/sys/fs/cgroup"`
 }
 
 // Command is unitlet-status's main.
@@ -79,7 +82,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
 		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
-		nodeAPIUsers: cfg.NodeAPIUsers, loops: liveness.New(time.Now),
+		nodeAPIUsers: cfg.NodeAPIUsers, cgroupMount: cfg.CgroupMount, loops: liveness.New(time.Now),
 	}
 	// Healthy while its loops turn: a stuck one stops the watchdog and systemd restarts it.
 	d.SetHealthCheck(func(context.Context) error { return p.loops.Check() })

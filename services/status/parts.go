@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/unitlet/unitlet/services/status/cadvisormetrics"
 	"github.com/unitlet/unitlet/services/status/machineinfo"
 	"github.com/unitlet/unitlet/services/status/nodeapi"
 	"github.com/unitlet/unitlet/services/status/nodemetrics"
@@ -43,10 +44,12 @@ type parts struct {
 	socketDir  string
 	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
 	nodeAPIUsers []string
-	loops        *liveness.Loops // the loops the health check watches
-	clk          clock.WithTicker
-	reg          *prometheus.Registry
-	log          *slog.Logger
+	// cgroupMount is where the pods' cgroups are mounted (UNITLET_CGROUP_MOUNT).
+	cgroupMount string
+	loops       *liveness.Loops // the loops the health check watches
+	clk         clock.WithTicker
+	reg         *prometheus.Registry
+	log         *slog.Logger
 }
 
 // nodeStatus is the node in the API: registration, status, conditions and the lease.
@@ -93,6 +96,9 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
 	// /stats/summary and /metrics/resource read one provider, as the kubelet's do.
 	summary := stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
+	machine := func() (*machineinfo.MachineInfo, error) {
+		return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc", RootDir: p.nc.Paths.GetRootDir(), Now: p.clk.Now}.Read()
+	}
 	api, err := nodeapi.New(nodeapi.Options{
 		Address:              net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
 		CertFile:             kc.TLSCertFile,
@@ -116,10 +122,12 @@ func (p parts) nodeAPI() (*nodeapi.Server, error) {
 		Metrics:              nodemetrics.Handler(nodemetrics.Options{Sources: nodeMetricsSources(p.socketDir, p.reg), Timeout: metricsTimeout, ReportUp: true, Log: p.log.With("component", "node-metrics")}),
 		ProbeMetrics:         nodemetrics.Handler(nodemetrics.Options{Sources: probeMetricsSources(p.socketDir), Timeout: metricsTimeout, Log: p.log.With("component", "node-metrics")}),
 		ResourceMetrics:      resourcemetrics.Handler(summary, resourcemetrics.DefaultBound, p.log.With("component", "resource-metrics")),
-		Configz:              func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
-		Spec: func() (any, error) {
-			return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc", RootDir: p.nc.Paths.GetRootDir(), Now: p.clk.Now}.Read()
-		},
+		CAdvisorMetrics: cadvisormetrics.Handler(cadvisormetrics.Options{
+			Runtime: p.rt, CgroupMount: p.cgroupMount, CgroupRoot: kc.CgroupRoot, Machine: machine,
+			Clock: p.clk, Log: p.log.With("component", "cadvisor-metrics"),
+		}),
+		Configz:                  func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
+		Spec:                     func() (any, error) { return machine() },
 		HealthChecks:             newNodeHealth(p.socketDir, p.loops.Check).Checks(),
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
 		SystemLogHandler:         ptr.Deref(kc.EnableSystemLogHandler, true),

@@ -53,6 +53,42 @@ func Sample(families map[string]*dto.MetricFamily, name string, labels map[strin
 	return nil
 }
 
+// Find is the first series of families[name] carrying labels, other labels besides; a
+// label the series does not have counts as "", as in Prometheus. nil if there is none.
+func Find(families map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
+	for _, m := range families[name].GetMetric() {
+		match := true
+		for k, v := range labels {
+			if Label(m, k) != v {
+				match = false
+			}
+		}
+		if match {
+			return m
+		}
+	}
+	return nil
+}
+
+// Label is the series' value of label name, "" when it has none.
+func Label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// Rate is how fast a counter rose from before to after, per second of their samples'
+// timestamps; an error when either is missing or they are not stamped one after the other.
+func Rate(before, after *dto.Metric) (float64, error) {
+	if before == nil || after == nil || after.GetTimestampMs() <= before.GetTimestampMs() {
+		return 0, fmt.Errorf("samples %v then %v: want two, stamped one after the other", before, after)
+	}
+	return (Value(after) - Value(before)) / (float64(after.GetTimestampMs()-before.GetTimestampMs()) / 1000), nil
+}
+
 // Value is a counter's, gauge's or untyped sample's value.
 func Value(m *dto.Metric) float64 {
 	switch {

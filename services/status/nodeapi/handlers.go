@@ -48,6 +48,9 @@ func (s *Server) routes() http.Handler {
 	if s.opts.ResourceMetrics != nil {
 		mux.Handle("GET /metrics/resource", s.opts.ResourceMetrics)
 	}
+	if s.opts.CAdvisorMetrics != nil {
+		mux.Handle("GET /metrics/cadvisor", s.opts.CAdvisorMetrics)
+	}
 	if s.opts.ProbeMetrics != nil {
 		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
 	}

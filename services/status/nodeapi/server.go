@@ -112,6 +112,8 @@ type Options struct {
 	Spec func() (any, error)
 	// ResourceMetrics serves /metrics/resource; nil: 404.
 	ResourceMetrics http.Handler
+	// CAdvisorMetrics serves /metrics/cadvisor; nil: 404.
+	CAdvisorMetrics http.Handler
 	// HealthChecks are /healthz's checks besides ping, on the node API and on ServeHealthz's
 	// listener; a failing one is named in the answer.
 	HealthChecks []healthz.HealthChecker
