@@ -101,8 +101,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
 		d.Go("pressure conditions", p.pressure.Run)
 	}
+	summary := p.summary()
+	// Stats: the summary /stats/summary and /metrics/resource serve, collected in the
+	// background.
+	d.Go("stats summary", summary.Run)
 	// Bound before READY=1: a port in use fails the start with the reason.
-	api, err := p.nodeAPI()
+	api, err := p.nodeAPI(summary)
 	if err != nil {
 		return err
 	}

@@ -88,11 +88,17 @@ func (p parts) podStatus() *podstatus.Manager {
 	})
 }
 
-// nodeAPI is the node's HTTPS API (:10250), its listener already bound.
-func (p parts) nodeAPI() (*nodeapi.Server, error) {
+// summary is the node's and its pods' statistics, collected every
+// stats.DefaultCollectPeriod.
+func (p parts) summary() *stats.Cache {
+	provider := stats.New(stats.Options{Runtime: p.rt, NodeName: p.nc.Node.GetName(), RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
+	return stats.NewCache(provider, stats.DefaultCollectPeriod)
+}
+
+// nodeAPI is the node's HTTPS API (:10250), its listener already bound. /stats/summary and
+// /metrics/resource read one summary, as the kubelet's do.
+func (p parts) nodeAPI(summary *stats.Cache) (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
-	// /stats/summary and /metrics/resource read one provider, as the kubelet's do.
-	summary := stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
 	api, err := nodeapi.New(nodeapi.Options{
 		Address:              net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
 		CertFile:             kc.TLSCertFile,
