@@ -91,7 +91,8 @@ func (p parts) podStatus() *podstatus.Manager {
 // summary is the node's and its pods' statistics, collected every
 // stats.DefaultCollectPeriod.
 func (p parts) summary() *stats.Cache {
-	provider := stats.New(stats.Options{Runtime: p.rt, NodeName: p.nc.Node.GetName(), RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
+	kc := p.nc.KubeletConfiguration
+	provider := stats.New(stats.Options{Runtime: p.rt, NodeName: p.nc.Node.GetName(), RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", PodLogsDir: kc.PodLogsDir, Clock: p.clk})
 	return stats.NewCache(provider, stats.DefaultCollectPeriod)
 }
 

@@ -48,11 +48,14 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 	}
 	p.sweepCPU()
 
+	now := p.clock.Now()
 	result := make([]statsv1alpha1.PodStats, 0, len(pods))
 	for _, ps := range pods {
 		slices.SortFunc(ps.Containers, func(a, b statsv1alpha1.ContainerStats) int { return cmp.Compare(a.Name, b.Name) })
 		if !onlyCPUAndMemory {
-			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs)
+			p.addLogs(ps, nodeFs, now)
+			used, inodes := p.podFiles(ps.PodRef)
+			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs, used, inodes)
 		}
 		result = append(result, *ps)
 	}
@@ -298,29 +301,33 @@ func addMemory(ps *statsv1alpha1.PodStats, m *statsv1alpha1.MemoryStats) {
 	pm.MajorPageFaults = sum(pm.MajorPageFaults, m.MajorPageFaults)
 }
 
-// ephemeralStorage is what a pod's containers' writable layers use of the node's filesystem.
-func ephemeralStorage(containers []statsv1alpha1.ContainerStats, nodeFs *statsv1alpha1.FsStats) *statsv1alpha1.FsStats {
-	s := &statsv1alpha1.FsStats{}
+// ephemeralStorage is what a pod uses of the node's filesystem nodeFs, as the kubelet sums
+// it: its containers' writable layers and logs, and other files of the pod (podUsed bytes,
+// podInodes inodes: the hosts file, logs outside the containers' directories).
+func ephemeralStorage(containers []statsv1alpha1.ContainerStats, nodeFs *statsv1alpha1.FsStats, podUsed, podInodes uint64) *statsv1alpha1.FsStats {
+	s := onFs(nodeFs, time.Time{}, podUsed, podInodes)
+	s.Time = metav1.Time{}
 	if nodeFs != nil {
 		s.Time = nodeFs.Time
-		s.AvailableBytes, s.CapacityBytes = copyPtr(nodeFs.AvailableBytes), copyPtr(nodeFs.CapacityBytes)
-		s.Inodes, s.InodesFree = copyPtr(nodeFs.Inodes), copyPtr(nodeFs.InodesFree)
 	}
-	var used, inodesUsed uint64
 	for _, c := range containers {
-		if c.Rootfs == nil {
-			continue
-		}
-		s.Time = later(s.Time, c.Rootfs.Time)
-		if c.Rootfs.UsedBytes != nil {
-			used += *c.Rootfs.UsedBytes
-		}
-		if c.Rootfs.InodesUsed != nil {
-			inodesUsed += *c.Rootfs.InodesUsed
+		for _, fs := range []*statsv1alpha1.FsStats{c.Rootfs, c.Logs} {
+			if fs == nil {
+				continue
+			}
+			s.Time = later(s.Time, fs.Time)
+			*s.UsedBytes += deref(fs.UsedBytes)
+			*s.InodesUsed += deref(fs.InodesUsed)
 		}
 	}
-	s.UsedBytes, s.InodesUsed = &used, &inodesUsed
 	return s
+}
+
+func deref(v *uint64) uint64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // sum adds b to a; nil when both are unknown.

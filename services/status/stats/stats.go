@@ -36,6 +36,8 @@ type Options struct {
 	CgroupRoot string
 	// ProcRoot is where procfs is mounted. Default /proc.
 	ProcRoot string
+	// PodLogsDir holds the pods' log directories (podLogsDir). Default /var/log/pods.
+	PodLogsDir string
 	// Clock stamps the node's samples. Default the real clock.
 	Clock clock.Clock
 }
@@ -47,6 +49,7 @@ type Provider struct {
 	rootDir    string
 	cgroupRoot string
 	procRoot   string
+	logsDir    string
 	clock      clock.Clock
 
 	mu sync.Mutex
@@ -63,6 +66,7 @@ func New(o Options) *Provider {
 		rootDir:    o.RootDir,
 		cgroupRoot: o.CgroupRoot,
 		procRoot:   o.ProcRoot,
+		logsDir:    o.PodLogsDir,
 		clock:      o.Clock,
 		cpu:        map[string]cpuSample{},
 	}
@@ -72,6 +76,9 @@ func New(o Options) *Provider {
 	if p.procRoot == "" {
 		p.procRoot = "/proc"
 	}
+	if p.logsDir == "" {
+		p.logsDir = "/var/log/pods"
+	}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}
 	}
@@ -79,8 +86,8 @@ func New(o Options) *Provider {
 }
 
 // Summary returns the node's and its pods' statistics. With onlyCPUAndMemory it leaves out
-// filesystems, the runtime's image filesystem, process limits and networks, as the kubelet's
-// ?only_cpu_and_memory=true does.
+// filesystems, the runtime's image filesystem, process limits, networks and logs, as the
+// kubelet's ?only_cpu_and_memory=true does.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error) {
 	now := p.clock.Now()
 	node := statsv1alpha1.NodeStats{NodeName: p.nodeName}
@@ -108,6 +115,9 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1
 		}
 		if node.Rlimit, err = p.rlimit(now); err != nil {
 			return nil, fmt.Errorf("read the node's process limit: %w", err)
+		}
+		if node.Network, err = p.nodeNetwork(now); err != nil {
+			return nil, fmt.Errorf("read the node's network: %w", err)
 		}
 	}
 
