@@ -101,7 +101,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
 		d.Go("pressure conditions", p.pressure.Run)
 	}
-	summary := p.summary()
+	summary, err := p.summary()
+	if err != nil {
+		return err
+	}
 	// Stats: the summary /stats/summary and /metrics/resource serve, collected in the
 	// background.
 	d.Go("stats summary", summary.Run)

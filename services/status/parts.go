@@ -1,12 +1,14 @@
 package status
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -88,12 +90,34 @@ func (p parts) podStatus() *podstatus.Manager {
 	})
 }
 
+// nodeAgentServices are the processes whose cgroups together are the summary's "kubelet"
+// system container.
+var nodeAgentServices = []string{"unitlet-config", "unitlet-certs", "unitlet-podsync", "unitlet-status", "unitlet-volumes", "unitlet-eviction"}
+
 // summary is the node's and its pods' statistics, collected every
 // stats.DefaultCollectPeriod.
-func (p parts) summary() *stats.Cache {
+func (p parts) summary() (*stats.Cache, error) {
 	kc := p.nc.KubeletConfiguration
-	provider := stats.New(stats.Options{Runtime: p.rt, NodeName: p.nc.Node.GetName(), RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", PodLogsDir: kc.PodLogsDir, Clock: p.clk})
-	return stats.NewCache(provider, stats.DefaultCollectPeriod)
+	// Without QoS cgroups there is no node-allocatable cgroup, and no "pods" system container.
+	var podsCgroup string
+	if ptr.Deref(kc.CgroupsPerQOS, true) {
+		var err error
+		if podsCgroup, err = nodeinfo.PodsCgroupPath(cmp.Or(kc.CgroupRoot, "/"), cmp.Or(kc.CgroupDriver, "cgroupfs")); err != nil {
+			return nil, daemon.ConfigError(fmt.Errorf("stats summary: %w", err))
+		}
+	}
+	provider := stats.New(stats.Options{
+		Runtime:       p.rt,
+		NodeName:      p.nc.Node.GetName(),
+		RootDir:       p.nc.Paths.GetRootDir(),
+		CgroupRoot:    "/sys/fs/cgroup",
+		PodLogsDir:    kc.PodLogsDir,
+		Services:      nodeAgentServices,
+		RuntimeSocket: strings.TrimPrefix(kc.ContainerRuntimeEndpoint, "unix://"),
+		PodsCgroup:    podsCgroup,
+		Clock:         p.clk,
+	})
+	return stats.NewCache(provider, stats.DefaultCollectPeriod), nil
 }
 
 // nodeAPI is the node's HTTPS API (:10250), its listener already bound. /stats/summary and

@@ -291,14 +291,7 @@ func addMemory(ps *statsv1alpha1.PodStats, m *statsv1alpha1.MemoryStats) {
 	if ps.Memory == nil {
 		ps.Memory = &statsv1alpha1.MemoryStats{Time: m.Time}
 	}
-	pm := ps.Memory
-	pm.Time = later(pm.Time, m.Time)
-	pm.AvailableBytes = sum(pm.AvailableBytes, m.AvailableBytes)
-	pm.UsageBytes = sum(pm.UsageBytes, m.UsageBytes)
-	pm.WorkingSetBytes = sum(pm.WorkingSetBytes, m.WorkingSetBytes)
-	pm.RSSBytes = sum(pm.RSSBytes, m.RSSBytes)
-	pm.PageFaults = sum(pm.PageFaults, m.PageFaults)
-	pm.MajorPageFaults = sum(pm.MajorPageFaults, m.MajorPageFaults)
+	mergeMemory(ps.Memory, m)
 }
 
 // ephemeralStorage is what a pod uses of the node's filesystem nodeFs, as the kubelet sums

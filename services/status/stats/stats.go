@@ -36,6 +36,15 @@ type Options struct {
 	CgroupRoot string
 	// ProcRoot is where procfs is mounted. Default /proc.
 	ProcRoot string
+	// Services are the names of the node agent's processes ("unitlet-podsync", ...): their
+	// cgroups together are the "kubelet" system container. None: no such container.
+	Services []string
+	// RuntimeSocket is the container runtime's unix socket: the cgroup of the process
+	// listening on it is the "runtime" system container. Empty: no such container.
+	RuntimeSocket string
+	// PodsCgroup is the node-allocatable cgroup below each hierarchy's root ("/kubepods",
+	// "/kubepods.slice"): the "pods" system container. Empty: no such container.
+	PodsCgroup string
 	// PodLogsDir holds the pods' log directories (podLogsDir). Default /var/log/pods.
 	PodLogsDir string
 	// Clock stamps the node's samples. Default the real clock.
@@ -50,7 +59,11 @@ type Provider struct {
 	cgroupRoot string
 	procRoot   string
 	logsDir    string
-	clock      clock.Clock
+	services   []string
+	// runtimeSocket and podsCgroup: see Options.
+	runtimeSocket string
+	podsCgroup    string
+	clock         clock.Clock
 
 	mu sync.Mutex
 	// cpu holds the last cumulative CPU sample of the node (key ""), of each pod sandbox
@@ -67,8 +80,12 @@ func New(o Options) *Provider {
 		cgroupRoot: o.CgroupRoot,
 		procRoot:   o.ProcRoot,
 		logsDir:    o.PodLogsDir,
-		clock:      o.Clock,
-		cpu:        map[string]cpuSample{},
+		services:   o.Services,
+
+		runtimeSocket: o.RuntimeSocket,
+		podsCgroup:    o.PodsCgroup,
+		clock:         o.Clock,
+		cpu:           map[string]cpuSample{},
 	}
 	if p.cgroupRoot == "" {
 		p.cgroupRoot = "/sys/fs/cgroup"
@@ -102,6 +119,10 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1
 	}
 	if node.Memory, err = p.nodeMemory(now); err != nil {
 		return nil, fmt.Errorf("read the node's memory usage: %w", err)
+	}
+
+	if node.SystemContainers, err = p.systemContainers(now); err != nil {
+		return nil, fmt.Errorf("read the system containers: %w", err)
 	}
 
 	var nodeFs *statsv1alpha1.FsStats
