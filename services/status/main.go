@@ -13,6 +13,7 @@ import (
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -32,6 +33,11 @@ type Config struct {
 	// NodeAPIUsers are the x509 user names (certificate common names) a standalone node's
 	// API serves; with an API server, SubjectAccessReview decides instead.
 	NodeAPIUsers []string `env:"NODE_API_USERS" envSeparator:","`
+	// PodsCgroupMount is where the cgroup filesystem holding the pods' cgroups is mounted,
+	// for the summary's "pods" system container: the v2 hierarchy, or the v1 controllers'
+	// directories. Another place than /sys/fs/cgroup only where the runtime makes the pods'
+	// cgroups in hierarchies this service sees elsewhere (a machine seeing its host's).
+	PodsCgroupMount string `env:"CGROUP_MOUNT" envDefault:"/sys/fs/cgroup"`
 }
 
 // Command is unitlet-status's main.
@@ -67,6 +73,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer podsyncConn.Close()
+	volumesConn, err := bus.Dial(cfg.SocketDir, "volumes")
+	if err != nil {
+		return err
+	}
+	defer volumesConn.Close()
 	evictionConn, err := bus.Dial(cfg.SocketDir, "eviction")
 	if err != nil {
 		return err
@@ -77,9 +88,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	p := parts{
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
+		volumes:   volumesClient{c: volumesv1.NewVolumesServiceClient(volumesConn)},
 		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
-		nodeAPIUsers: cfg.NodeAPIUsers, loops: liveness.New(time.Now),
+		nodeAPIUsers: cfg.NodeAPIUsers, podsCgroupMount: cfg.PodsCgroupMount, loops: liveness.New(time.Now),
 	}
 	// Healthy while its loops turn: a stuck one stops the watchdog and systemd restarts it.
 	d.SetHealthCheck(func(context.Context) error { return p.loops.Check() })

@@ -41,14 +41,18 @@ type parts struct {
 	restConfig *rest.Config
 	rt         *cri.Client
 	podsync    podsyncClient
+	volumes    volumesClient
 	pressure   *pressureWatch
 	socketDir  string
 	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
 	nodeAPIUsers []string
-	loops        *liveness.Loops // the loops the health check watches
-	clk          clock.WithTicker
-	reg          *prometheus.Registry
-	log          *slog.Logger
+	// podsCgroupMount is where the pods' cgroup hierarchies are mounted
+	// (UNITLET_CGROUP_MOUNT).
+	podsCgroupMount string
+	loops           *liveness.Loops // the loops the health check watches
+	clk             clock.WithTicker
+	reg             *prometheus.Registry
+	log             *slog.Logger
 }
 
 // nodeStatus is the node in the API: registration, status, conditions and the lease.
@@ -107,15 +111,18 @@ func (p parts) summary() (*stats.Cache, error) {
 		}
 	}
 	provider := stats.New(stats.Options{
-		Runtime:       p.rt,
-		NodeName:      p.nc.Node.GetName(),
-		RootDir:       p.nc.Paths.GetRootDir(),
-		CgroupRoot:    "/sys/fs/cgroup",
-		PodLogsDir:    kc.PodLogsDir,
-		Services:      nodeAgentServices,
-		RuntimeSocket: strings.TrimPrefix(kc.ContainerRuntimeEndpoint, "unix://"),
-		PodsCgroup:    podsCgroup,
-		Clock:         p.clk,
+		Runtime:         p.rt,
+		NodeName:        p.nc.Node.GetName(),
+		RootDir:         p.nc.Paths.GetRootDir(),
+		CgroupRoot:      "/sys/fs/cgroup",
+		PodLogsDir:      kc.PodLogsDir,
+		Services:        nodeAgentServices,
+		RuntimeSocket:   strings.TrimPrefix(kc.ContainerRuntimeEndpoint, "unix://"),
+		Volumes:         p.volumes.List,
+		Pods:            p.podsync.Pods,
+		PodsCgroup:      podsCgroup,
+		PodsCgroupMount: p.podsCgroupMount,
+		Clock:           p.clk,
 	})
 	return stats.NewCache(provider, stats.DefaultCollectPeriod), nil
 }

@@ -48,6 +48,13 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 	}
 	p.sweepCPU()
 
+	var volumes map[string][]statsv1alpha1.VolumeStats
+	var volumesUsed map[string][2]uint64
+	if !onlyCPUAndMemory {
+		if volumes, volumesUsed, err = p.podVolumes(ctx); err != nil {
+			return nil, err
+		}
+	}
 	now := p.clock.Now()
 	result := make([]statsv1alpha1.PodStats, 0, len(pods))
 	for _, ps := range pods {
@@ -55,7 +62,9 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 		if !onlyCPUAndMemory {
 			p.addLogs(ps, nodeFs, now)
 			used, inodes := p.podFiles(ps.PodRef)
-			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs, used, inodes)
+			vols := volumesUsed[ps.PodRef.UID]
+			ps.VolumeStats = volumes[ps.PodRef.UID]
+			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs, used+vols[0], inodes+vols[1])
 		}
 		result = append(result, *ps)
 	}
@@ -162,7 +171,7 @@ func (p *Provider) fromSandboxStats(stats []*runtimeapi.PodSandboxStats, sandbox
 			ps.Memory = memoryStats(mem)
 		}
 		if !onlyCPUAndMemory {
-			ps.Network = networkStats(linux.GetNetwork())
+			ps.Network = networkStats(linux.GetNetwork(), p.sampleTime)
 			if n := linux.GetProcess().GetProcessCount(); n != nil {
 				v := n.GetValue()
 				ps.ProcessStats = &statsv1alpha1.ProcessStats{ProcessCount: &v}
@@ -246,11 +255,12 @@ func memoryStats(m *runtimeapi.MemoryUsage) *statsv1alpha1.MemoryStats {
 	}
 }
 
-func networkStats(n *runtimeapi.NetworkUsage) *statsv1alpha1.NetworkStats {
+// networkStats converts CRI network usage, stamped by at (containerd 1.6 gives no time).
+func networkStats(n *runtimeapi.NetworkUsage, at func(ns int64) time.Time) *statsv1alpha1.NetworkStats {
 	if n == nil {
 		return nil
 	}
-	s := &statsv1alpha1.NetworkStats{Time: metav1.NewTime(time.Unix(0, n.GetTimestamp()))}
+	s := &statsv1alpha1.NetworkStats{Time: metav1.NewTime(at(n.GetTimestamp()))}
 	if d := n.GetDefaultInterface(); d != nil {
 		s.InterfaceStats = interfaceStats(d)
 	}
@@ -295,8 +305,9 @@ func addMemory(ps *statsv1alpha1.PodStats, m *statsv1alpha1.MemoryStats) {
 }
 
 // ephemeralStorage is what a pod uses of the node's filesystem nodeFs, as the kubelet sums
-// it: its containers' writable layers and logs, and other files of the pod (podUsed bytes,
-// podInodes inodes: the hosts file, logs outside the containers' directories).
+// it: its containers' writable layers and logs, and the rest of the pod (podUsed bytes,
+// podInodes inodes: its local ephemeral volumes, its hosts file, logs outside the
+// containers' directories).
 func ephemeralStorage(containers []statsv1alpha1.ContainerStats, nodeFs *statsv1alpha1.FsStats, podUsed, podInodes uint64) *statsv1alpha1.FsStats {
 	s := onFs(nodeFs, time.Time{}, podUsed, podInodes)
 	s.Time = metav1.Time{}

@@ -4,11 +4,13 @@
 package stats
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -45,6 +47,16 @@ type Options struct {
 	// PodsCgroup is the node-allocatable cgroup below each hierarchy's root ("/kubepods",
 	// "/kubepods.slice"): the "pods" system container. Empty: no such container.
 	PodsCgroup string
+	// PodsCgroupMount is where the hierarchies holding PodsCgroup are mounted. Default
+	// CgroupRoot.
+	PodsCgroupMount string
+	// Volumes lists the pods' volumes with their measured usage (unitlet-volumes). nil: no
+	// volume stats.
+	Volumes func(ctx context.Context) ([]Volume, error)
+	// Pods lists the node's pods with their specs (unitlet-podsync): a volume's pvcRef and
+	// whether it counts as ephemeral storage come from its pod's spec. nil: from the
+	// volume's plugin, without pvcRef.
+	Pods func(ctx context.Context) ([]*corev1.Pod, error)
 	// PodLogsDir holds the pods' log directories (podLogsDir). Default /var/log/pods.
 	PodLogsDir string
 	// Clock stamps the node's samples. Default the real clock.
@@ -63,6 +75,9 @@ type Provider struct {
 	// runtimeSocket and podsCgroup: see Options.
 	runtimeSocket string
 	podsCgroup    string
+	podsMount     string
+	volumes       func(ctx context.Context) ([]Volume, error)
+	pods          func(ctx context.Context) ([]*corev1.Pod, error)
 	clock         clock.Clock
 
 	mu sync.Mutex
@@ -84,6 +99,9 @@ func New(o Options) *Provider {
 
 		runtimeSocket: o.RuntimeSocket,
 		podsCgroup:    o.PodsCgroup,
+		podsMount:     cmp.Or(o.PodsCgroupMount, o.CgroupRoot, "/sys/fs/cgroup"),
+		volumes:       o.Volumes,
+		pods:          o.Pods,
 		clock:         o.Clock,
 		cpu:           map[string]cpuSample{},
 	}

@@ -18,9 +18,10 @@ import (
 // commLen is how much of a process's name the kernel keeps in /proc/<pid>/comm.
 const commLen = 15
 
-// cgroupSet is the cgroups of a group of processes, per controller ("" on cgroup v2), and
-// when the earliest of them started.
+// cgroupSet is the cgroups of a group of processes, per controller ("" on cgroup v2), in
+// the hierarchies mounted at mount, and when the earliest of them started.
 type cgroupSet struct {
+	mount string
 	paths map[string][]string
 	start time.Time
 }
@@ -35,7 +36,8 @@ func (s *cgroupSet) add(controller, path string) {
 }
 
 // systemContainers are the kubelet's system containers: "kubelet" (the cgroups of the node
-// agent's services together), "runtime" (the container runtime's cgroup) and "pods" (the
+// agent's services together), "runtime" (the cgroup of the process listening on the
+// runtime's socket) and "pods" (the
 // node-allocatable cgroup the pods' cgroups are made in), with CPU and memory. One whose
 // processes or cgroup are not found is left out, as the kubelet leaves out a system
 // container it has no cgroup for.
@@ -57,7 +59,8 @@ func (p *Provider) systemContainers(now time.Time) ([]statsv1alpha1.ContainerSta
 		if err != nil {
 			return nil, fmt.Errorf("find the container runtime's process: %w", err)
 		}
-		set, err := p.processCgroups(func(id int, _ string) bool { return id == pid })
+		// 0: the runtime runs in another pid namespace, out of sight; nothing matches.
+		set, err := p.processCgroups(func(id int, _ string) bool { return pid != 0 && id == pid })
 		if err != nil {
 			return nil, fmt.Errorf("find the container runtime's cgroup: %w", err)
 		}
@@ -66,7 +69,7 @@ func (p *Provider) systemContainers(now time.Time) ([]statsv1alpha1.ContainerSta
 		}
 	}
 	if p.podsCgroup != "" {
-		set, ok := p.namedCgroup(p.podsCgroup)
+		set, ok := p.namedCgroup(p.podsMount, p.podsCgroup)
 		if ok {
 			out = append(out, p.cgroupStats(statsv1alpha1.SystemContainerPods, set, now))
 		}
@@ -99,7 +102,7 @@ func socketPeer(path string) (int, error) {
 // processCgroups is the cgroups of the processes match picks (by pid and name), and the
 // earliest start among them.
 func (p *Provider) processCgroups(match func(pid int, comm string) bool) (cgroupSet, error) {
-	var set cgroupSet
+	set := cgroupSet{mount: p.cgroupRoot}
 	pfs, err := procfs.NewFS(p.procRoot)
 	if err != nil {
 		return set, err
@@ -142,16 +145,16 @@ func (p *Provider) processCgroups(match func(pid int, comm string) bool) (cgroup
 	return set, nil
 }
 
-// namedCgroup is the cgroup at path in every hierarchy, if it exists; it started when its
-// directory was made.
-func (p *Provider) namedCgroup(path string) (cgroupSet, bool) {
-	var set cgroupSet
+// namedCgroup is the cgroup at path in every hierarchy mounted at mount, if it exists; it
+// started when its directory was made.
+func (p *Provider) namedCgroup(mount, path string) (cgroupSet, bool) {
+	set := cgroupSet{mount: mount}
 	controllers := []string{"cpuacct", "memory"}
 	if p.unified() {
 		controllers = []string{""}
 	}
 	for _, c := range controllers {
-		st, err := os.Stat(filepath.Join(p.controllerDir(c), path))
+		st, err := os.Stat(filepath.Join(controllerDir(mount, c), path))
 		if err != nil {
 			return set, false
 		}
@@ -163,20 +166,21 @@ func (p *Provider) namedCgroup(path string) (cgroupSet, bool) {
 	return set, true
 }
 
-// controllerDir is where a controller's hierarchy is mounted ("" : the v2 hierarchy).
-func (p *Provider) controllerDir(controller string) string {
+// controllerDir is where a controller's hierarchy is mounted below mount ("": the v2
+// hierarchy, mount itself).
+func controllerDir(mount, controller string) string {
 	if controller == "" {
-		return p.cgroupRoot
+		return mount
 	}
 	for _, dir := range []string{controller, "cpu,cpuacct", "cpuacct,cpu"} {
 		if !strings.Contains(dir, controller) {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(p.cgroupRoot, dir)); err == nil {
-			return filepath.Join(p.cgroupRoot, dir)
+		if _, err := os.Stat(filepath.Join(mount, dir)); err == nil {
+			return filepath.Join(mount, dir)
 		}
 	}
-	return filepath.Join(p.cgroupRoot, controller)
+	return filepath.Join(mount, controller)
 }
 
 // cgroupStats is a system container's CPU and memory, summed over its cgroups. A figure no
@@ -189,7 +193,7 @@ func (p *Provider) cgroupStats(name string, set cgroupSet, now time.Time) statsv
 	}
 	var cpu *uint64
 	for _, path := range set.paths[cpuController] {
-		if v, err := p.cgroupCPUUsage(filepath.Join(p.controllerDir(cpuController), path)); err == nil {
+		if v, err := p.cgroupCPUUsage(filepath.Join(controllerDir(set.mount, cpuController), path)); err == nil {
 			cpu = sum(cpu, &v)
 		}
 	}
@@ -197,7 +201,7 @@ func (p *Provider) cgroupStats(name string, set cgroupSet, now time.Time) statsv
 		cs.CPU = &statsv1alpha1.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: cpu, UsageNanoCores: p.usageNanoCores("system/"+name, now, *cpu)}
 	}
 	for _, path := range set.paths[memController] {
-		m, err := p.cgroupMemory(filepath.Join(p.controllerDir(memController), path), now)
+		m, err := p.cgroupMemory(filepath.Join(controllerDir(set.mount, memController), path), now)
 		if err != nil {
 			continue
 		}
