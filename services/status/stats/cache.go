@@ -39,14 +39,16 @@ func NewCache(p *Provider, period time.Duration) *Cache {
 	return &Cache{p: p, period: period}
 }
 
-// Run collects a summary now and then every period, until ctx ends.
+// Run collects a summary now and then every period (from the start of one collection to
+// the next, so that two reads a period apart see two summaries), until ctx ends.
 func (c *Cache) Run(ctx context.Context) error {
 	for {
+		start := c.p.clock.Now()
 		c.collect(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-c.p.clock.After(c.period):
+		case <-c.p.clock.After(max(c.period-c.p.clock.Since(start), 0)):
 		}
 	}
 }
