@@ -13,6 +13,7 @@ import (
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -70,6 +71,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer podsyncConn.Close()
+	volumesConn, err := bus.Dial(cfg.SocketDir, "volumes")
+	if err != nil {
+		return err
+	}
+	defer volumesConn.Close()
 	evictionConn, err := bus.Dial(cfg.SocketDir, "eviction")
 	if err != nil {
 		return err
@@ -80,6 +86,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	p := parts{
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
 		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
+		volumes:   volumesClient{c: volumesv1.NewVolumesServiceClient(volumesConn)},
 		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
 		nodeAPIUsers: cfg.NodeAPIUsers, cgroupMount: cfg.CgroupMount, loops: liveness.New(time.Now),
@@ -104,8 +111,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
 		d.Go("pressure conditions", p.pressure.Run)
 	}
+	summary, err := p.summary()
+	if err != nil {
+		return err
+	}
+	// Stats: the summary /stats/summary and /metrics/resource serve, collected in the
+	// background.
+	d.Go("stats summary", summary.Run)
 	// Bound before READY=1: a port in use fails the start with the reason.
-	api, err := p.nodeAPI()
+	api, err := p.nodeAPI(summary)
 	if err != nil {
 		return err
 	}

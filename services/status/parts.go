@@ -1,12 +1,14 @@
 package status
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +42,7 @@ type parts struct {
 	restConfig *rest.Config
 	rt         *cri.Client
 	podsync    podsyncClient
+	volumes    volumesClient
 	pressure   *pressureWatch
 	socketDir  string
 	// nodeAPIUsers are the x509 users a standalone node API serves (UNITLET_NODE_API_USERS).
@@ -91,11 +94,43 @@ func (p parts) podStatus() *podstatus.Manager {
 	})
 }
 
-// nodeAPI is the node's HTTPS API (:10250), its listener already bound.
-func (p parts) nodeAPI() (*nodeapi.Server, error) {
+// nodeAgentServices are the processes whose cgroups together are the summary's "kubelet"
+// system container.
+var nodeAgentServices = []string{"unitlet-config", "unitlet-certs", "unitlet-podsync", "unitlet-status", "unitlet-volumes", "unitlet-eviction"}
+
+// summary is the node's and its pods' statistics, collected every
+// stats.DefaultCollectPeriod.
+func (p parts) summary() (*stats.Cache, error) {
+	kc := p.nc.KubeletConfiguration
+	// Without QoS cgroups there is no node-allocatable cgroup, and no "pods" system container.
+	var podsCgroup string
+	if ptr.Deref(kc.CgroupsPerQOS, true) {
+		var err error
+		if podsCgroup, err = nodeinfo.PodsCgroupPath(cmp.Or(kc.CgroupRoot, "/"), cmp.Or(kc.CgroupDriver, "cgroupfs")); err != nil {
+			return nil, daemon.ConfigError(fmt.Errorf("stats summary: %w", err))
+		}
+	}
+	provider := stats.New(stats.Options{
+		Runtime:         p.rt,
+		NodeName:        p.nc.Node.GetName(),
+		RootDir:         p.nc.Paths.GetRootDir(),
+		CgroupRoot:      "/sys/fs/cgroup",
+		PodLogsDir:      kc.PodLogsDir,
+		Services:        nodeAgentServices,
+		RuntimeSocket:   strings.TrimPrefix(kc.ContainerRuntimeEndpoint, "unix://"),
+		Volumes:         p.volumes.List,
+		Pods:            p.podsync.Pods,
+		PodsCgroup:      podsCgroup,
+		PodsCgroupMount: p.cgroupMount,
+		Clock:           p.clk,
+	})
+	return stats.NewCache(provider, stats.DefaultCollectPeriod), nil
+}
+
+// nodeAPI is the node's HTTPS API (:10250), its listener already bound. /stats/summary and
+// /metrics/resource read one summary, as the kubelet's do.
+func (p parts) nodeAPI(summary *stats.Cache) (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
-	// /stats/summary and /metrics/resource read one provider, as the kubelet's do.
-	summary := stats.New(stats.Options{Runtime: p.rt, NodeName: nodeName, RootDir: p.nc.Paths.GetRootDir(), CgroupRoot: "/sys/fs/cgroup", Clock: p.clk})
 	machine := func() (*machineinfo.MachineInfo, error) {
 		return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc", RootDir: p.nc.Paths.GetRootDir(), Now: p.clk.Now}.Read()
 	}

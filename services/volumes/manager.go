@@ -25,7 +25,7 @@ import (
 	"github.com/unitlet/unitlet/services/volumes/hostpath"
 	"github.com/unitlet/unitlet/services/volumes/ownership"
 	"github.com/unitlet/unitlet/services/volumes/subpath"
-	"github.com/unitlet/unitlet/services/volumes/usage"
+	"github.com/unitlet/unitlet/shared/usage"
 )
 
 // The kubelet's plugin names; a volume lives in <pods>/<uid>/volumes/<escaped name>/<volume>,

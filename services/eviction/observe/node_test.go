@@ -239,32 +239,6 @@ func TestPIDSignal(t *testing.T) {
 	}
 }
 
-func TestKubepodsPath(t *testing.T) {
-	for _, tc := range []struct{ root, driver, want string }{
-		{"", "cgroupfs", "/kubepods"},
-		{"/", "cgroupfs", "/kubepods"},
-		{"/unitlet", "cgroupfs", "/unitlet/kubepods"},
-		{"/a/b/", "cgroupfs", "/a/b/kubepods"},
-		{"/", "systemd", "/kubepods.slice"},
-		{"unitlet.slice", "systemd", "/unitlet.slice/unitlet-kubepods.slice"},
-		{"a-b.slice", "systemd", "/a.slice/a-b.slice/a-b-kubepods.slice"},
-		{"/a.slice/a-b.slice", "systemd", "/a.slice/a-b.slice/a-b-kubepods.slice"},
-		{"-.slice", "systemd", "/kubepods.slice"},
-	} {
-		got, err := kubepodsPath(tc.root, tc.driver)
-		if err != nil || got != tc.want {
-			t.Errorf("kubepodsPath(%q, %s) = %q, %v; want %q", tc.root, tc.driver, got, err, tc.want)
-		}
-	}
-	for _, tc := range []struct{ root, driver string }{
-		{"/a/../b", "cgroupfs"}, {"unitlet", "systemd"}, {"a--b.slice", "systemd"}, {"/", "none"},
-	} {
-		if got, err := kubepodsPath(tc.root, tc.driver); err == nil {
-			t.Errorf("kubepodsPath(%q, %s) = %q, want an error", tc.root, tc.driver, got)
-		}
-	}
-}
-
 func TestDetectHierarchy(t *testing.T) {
 	if _, err := detectHierarchy(t.TempDir()); err == nil {
 		t.Error("an empty directory detected as cgroups")

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
 // The eviction signals, named as the kubelet names them.
@@ -118,7 +120,7 @@ func New(o Options) (*Source, error) {
 	if o.Runtime == nil {
 		return nil, errors.New("observe: no container runtime")
 	}
-	kubepods, err := kubepodsPath(o.CgroupRoot, o.CgroupDriver)
+	kubepods, err := nodeinfo.PodsCgroupPath(o.CgroupRoot, o.CgroupDriver)
 	if err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}

@@ -48,11 +48,23 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 	}
 	p.sweepCPU()
 
+	var volumes map[string][]statsv1alpha1.VolumeStats
+	var volumesUsed map[string][2]uint64
+	if !onlyCPUAndMemory {
+		if volumes, volumesUsed, err = p.podVolumes(ctx); err != nil {
+			return nil, err
+		}
+	}
+	now := p.clock.Now()
 	result := make([]statsv1alpha1.PodStats, 0, len(pods))
 	for _, ps := range pods {
 		slices.SortFunc(ps.Containers, func(a, b statsv1alpha1.ContainerStats) int { return cmp.Compare(a.Name, b.Name) })
 		if !onlyCPUAndMemory {
-			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs)
+			p.addLogs(ps, nodeFs, now)
+			used, inodes := p.podFiles(ps.PodRef)
+			vols := volumesUsed[ps.PodRef.UID]
+			ps.VolumeStats = volumes[ps.PodRef.UID]
+			ps.EphemeralStorage = ephemeralStorage(ps.Containers, nodeFs, used+vols[0], inodes+vols[1])
 		}
 		result = append(result, *ps)
 	}
@@ -159,7 +171,7 @@ func (p *Provider) fromSandboxStats(stats []*runtimeapi.PodSandboxStats, sandbox
 			ps.Memory = memoryStats(mem)
 		}
 		if !onlyCPUAndMemory {
-			ps.Network = networkStats(linux.GetNetwork())
+			ps.Network = networkStats(linux.GetNetwork(), p.sampleTime)
 			if n := linux.GetProcess().GetProcessCount(); n != nil {
 				v := n.GetValue()
 				ps.ProcessStats = &statsv1alpha1.ProcessStats{ProcessCount: &v}
@@ -243,11 +255,12 @@ func memoryStats(m *runtimeapi.MemoryUsage) *statsv1alpha1.MemoryStats {
 	}
 }
 
-func networkStats(n *runtimeapi.NetworkUsage) *statsv1alpha1.NetworkStats {
+// networkStats converts CRI network usage, stamped by at (containerd 1.6 gives no time).
+func networkStats(n *runtimeapi.NetworkUsage, at func(ns int64) time.Time) *statsv1alpha1.NetworkStats {
 	if n == nil {
 		return nil
 	}
-	s := &statsv1alpha1.NetworkStats{Time: metav1.NewTime(time.Unix(0, n.GetTimestamp()))}
+	s := &statsv1alpha1.NetworkStats{Time: metav1.NewTime(at(n.GetTimestamp()))}
 	if d := n.GetDefaultInterface(); d != nil {
 		s.InterfaceStats = interfaceStats(d)
 	}
@@ -288,39 +301,37 @@ func addMemory(ps *statsv1alpha1.PodStats, m *statsv1alpha1.MemoryStats) {
 	if ps.Memory == nil {
 		ps.Memory = &statsv1alpha1.MemoryStats{Time: m.Time}
 	}
-	pm := ps.Memory
-	pm.Time = later(pm.Time, m.Time)
-	pm.AvailableBytes = sum(pm.AvailableBytes, m.AvailableBytes)
-	pm.UsageBytes = sum(pm.UsageBytes, m.UsageBytes)
-	pm.WorkingSetBytes = sum(pm.WorkingSetBytes, m.WorkingSetBytes)
-	pm.RSSBytes = sum(pm.RSSBytes, m.RSSBytes)
-	pm.PageFaults = sum(pm.PageFaults, m.PageFaults)
-	pm.MajorPageFaults = sum(pm.MajorPageFaults, m.MajorPageFaults)
+	mergeMemory(ps.Memory, m)
 }
 
-// ephemeralStorage is what a pod's containers' writable layers use of the node's filesystem.
-func ephemeralStorage(containers []statsv1alpha1.ContainerStats, nodeFs *statsv1alpha1.FsStats) *statsv1alpha1.FsStats {
-	s := &statsv1alpha1.FsStats{}
+// ephemeralStorage is what a pod uses of the node's filesystem nodeFs, as the kubelet sums
+// it: its containers' writable layers and logs, and the rest of the pod (podUsed bytes,
+// podInodes inodes: its local ephemeral volumes, its hosts file, logs outside the
+// containers' directories).
+func ephemeralStorage(containers []statsv1alpha1.ContainerStats, nodeFs *statsv1alpha1.FsStats, podUsed, podInodes uint64) *statsv1alpha1.FsStats {
+	s := onFs(nodeFs, time.Time{}, podUsed, podInodes)
+	s.Time = metav1.Time{}
 	if nodeFs != nil {
 		s.Time = nodeFs.Time
-		s.AvailableBytes, s.CapacityBytes = copyPtr(nodeFs.AvailableBytes), copyPtr(nodeFs.CapacityBytes)
-		s.Inodes, s.InodesFree = copyPtr(nodeFs.Inodes), copyPtr(nodeFs.InodesFree)
 	}
-	var used, inodesUsed uint64
 	for _, c := range containers {
-		if c.Rootfs == nil {
-			continue
-		}
-		s.Time = later(s.Time, c.Rootfs.Time)
-		if c.Rootfs.UsedBytes != nil {
-			used += *c.Rootfs.UsedBytes
-		}
-		if c.Rootfs.InodesUsed != nil {
-			inodesUsed += *c.Rootfs.InodesUsed
+		for _, fs := range []*statsv1alpha1.FsStats{c.Rootfs, c.Logs} {
+			if fs == nil {
+				continue
+			}
+			s.Time = later(s.Time, fs.Time)
+			*s.UsedBytes += deref(fs.UsedBytes)
+			*s.InodesUsed += deref(fs.InodesUsed)
 		}
 	}
-	s.UsedBytes, s.InodesUsed = &used, &inodesUsed
 	return s
+}
+
+func deref(v *uint64) uint64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // sum adds b to a; nil when both are unknown.

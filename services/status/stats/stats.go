@@ -4,11 +4,13 @@
 package stats
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -36,6 +38,27 @@ type Options struct {
 	CgroupRoot string
 	// ProcRoot is where procfs is mounted. Default /proc.
 	ProcRoot string
+	// Services are the names of the node agent's processes ("unitlet-podsync", ...): their
+	// cgroups together are the "kubelet" system container. None: no such container.
+	Services []string
+	// RuntimeSocket is the container runtime's unix socket: the cgroup of the process
+	// listening on it is the "runtime" system container. Empty: no such container.
+	RuntimeSocket string
+	// PodsCgroup is the node-allocatable cgroup below each hierarchy's root ("/kubepods",
+	// "/kubepods.slice"): the "pods" system container. Empty: no such container.
+	PodsCgroup string
+	// PodsCgroupMount is where the hierarchies holding PodsCgroup are mounted. Default
+	// CgroupRoot.
+	PodsCgroupMount string
+	// Volumes lists the pods' volumes with their measured usage (unitlet-volumes). nil: no
+	// volume stats.
+	Volumes func(ctx context.Context) ([]Volume, error)
+	// Pods lists the node's pods with their specs (unitlet-podsync): a volume's pvcRef and
+	// whether it counts as ephemeral storage come from its pod's spec. nil: from the
+	// volume's plugin, without pvcRef.
+	Pods func(ctx context.Context) ([]*corev1.Pod, error)
+	// PodLogsDir holds the pods' log directories (podLogsDir). Default /var/log/pods.
+	PodLogsDir string
 	// Clock stamps the node's samples. Default the real clock.
 	Clock clock.Clock
 }
@@ -47,7 +70,15 @@ type Provider struct {
 	rootDir    string
 	cgroupRoot string
 	procRoot   string
-	clock      clock.Clock
+	logsDir    string
+	services   []string
+	// runtimeSocket and podsCgroup: see Options.
+	runtimeSocket string
+	podsCgroup    string
+	podsMount     string
+	volumes       func(ctx context.Context) ([]Volume, error)
+	pods          func(ctx context.Context) ([]*corev1.Pod, error)
+	clock         clock.Clock
 
 	mu sync.Mutex
 	// cpu holds the last cumulative CPU sample of the node (key ""), of each pod sandbox
@@ -63,14 +94,25 @@ func New(o Options) *Provider {
 		rootDir:    o.RootDir,
 		cgroupRoot: o.CgroupRoot,
 		procRoot:   o.ProcRoot,
-		clock:      o.Clock,
-		cpu:        map[string]cpuSample{},
+		logsDir:    o.PodLogsDir,
+		services:   o.Services,
+
+		runtimeSocket: o.RuntimeSocket,
+		podsCgroup:    o.PodsCgroup,
+		podsMount:     cmp.Or(o.PodsCgroupMount, o.CgroupRoot, "/sys/fs/cgroup"),
+		volumes:       o.Volumes,
+		pods:          o.Pods,
+		clock:         o.Clock,
+		cpu:           map[string]cpuSample{},
 	}
 	if p.cgroupRoot == "" {
 		p.cgroupRoot = "/sys/fs/cgroup"
 	}
 	if p.procRoot == "" {
 		p.procRoot = "/proc"
+	}
+	if p.logsDir == "" {
+		p.logsDir = "/var/log/pods"
 	}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}
@@ -79,8 +121,8 @@ func New(o Options) *Provider {
 }
 
 // Summary returns the node's and its pods' statistics. With onlyCPUAndMemory it leaves out
-// filesystems, the runtime's image filesystem, process limits and networks, as the kubelet's
-// ?only_cpu_and_memory=true does.
+// filesystems, the runtime's image filesystem, process limits, networks and logs, as the
+// kubelet's ?only_cpu_and_memory=true does.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error) {
 	now := p.clock.Now()
 	node := statsv1alpha1.NodeStats{NodeName: p.nodeName}
@@ -97,6 +139,10 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1
 		return nil, fmt.Errorf("read the node's memory usage: %w", err)
 	}
 
+	if node.SystemContainers, err = p.systemContainers(now); err != nil {
+		return nil, fmt.Errorf("read the system containers: %w", err)
+	}
+
 	var nodeFs *statsv1alpha1.FsStats
 	if !onlyCPUAndMemory {
 		if nodeFs, err = fsStats(p.rootDir, now); err != nil {
@@ -108,6 +154,9 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1
 		}
 		if node.Rlimit, err = p.rlimit(now); err != nil {
 			return nil, fmt.Errorf("read the node's process limit: %w", err)
+		}
+		if node.Network, err = p.nodeNetwork(now); err != nil {
+			return nil, fmt.Errorf("read the node's network: %w", err)
 		}
 	}
 

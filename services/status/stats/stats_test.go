@@ -76,6 +76,13 @@ func newHost(t *testing.T, v2 bool) host {
 	h.write(t, h.proc, "loadavg", "0.10 0.20 0.30 2/345 999\n")
 	h.write(t, h.proc, "sys/kernel/pid_max", "4194304\n")
 	h.write(t, h.proc, "sys/kernel/threads-max", "100000\n")
+	h.write(t, h.proc, "net/dev", `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
+  eth0:  500000    4000    3    0    0     0          0         0   200000    3000    1    0    0     0       0          0
+veth12ab:   7000      70    0    0    0     0          0         0     8000      80    0    0    0     0       0          0
+  ens4:     100       1    0    0    0     0          0         0      200       2    0    0    0     0       0          0
+`)
 	if v2 {
 		h.write(t, h.cgroup, "cgroup.controllers", "cpu memory pids\n")
 		h.write(t, h.cgroup, "cpu.stat", "usage_usec 2000000\nuser_usec 1500000\nsystem_usec 500000\n")
@@ -103,7 +110,7 @@ func (h host) write(t *testing.T, dir, rel, content string) {
 }
 
 func newProvider(h host, rt *fakeRuntime, clk *clocktesting.FakeClock) *Provider {
-	return New(Options{Runtime: rt, NodeName: "node-a", RootDir: h.root, CgroupRoot: h.cgroup, ProcRoot: h.proc, Clock: clk})
+	return New(Options{Runtime: rt, NodeName: "node-a", RootDir: h.root, CgroupRoot: h.cgroup, ProcRoot: h.proc, PodLogsDir: filepath.Join(h.root, "logs"), Clock: clk})
 }
 
 func imageFs(mountpoint string) *runtimeapi.ImageFsInfoResponse {

@@ -1,5 +1,6 @@
 // Package usage measures how much disk (or memory, for a tmpfs) and how many inodes a
-// volume's directory uses, for eviction and /stats/summary.
+// directory uses: unitlet-volumes' volume usage and the containers' log usage in
+// unitlet-status's /stats/summary.
 package usage
 
 import (
