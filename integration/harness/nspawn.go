@@ -606,8 +606,8 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 		}
 	}
 	// The pods' cgroups are the host's, where the stack's containerd makes them: podsync
-	// makes their parents there, eviction and status (the summary, /metrics/cadvisor) read them (read-only, as their units
-	// have the machine's own /sys/fs/cgroup).
+	// makes their parents there, eviction and status (the summary, /metrics/cadvisor) read
+	// them (read-only, as their units have the machine's own /sys/fs/cgroup).
 	if svc == "podsync" || svc == "eviction" || svc == "status" {
 		fmt.Fprintf(&b, "Environment=UNITLET_CGROUP_MOUNT=%s\n", machineHostCgroupMount)
 	}

@@ -123,6 +123,7 @@ func (p parts) summary() (*stats.Cache, error) {
 		PodsCgroup:      podsCgroup,
 		PodsCgroupMount: p.cgroupMount,
 		Clock:           p.clk,
+		Log:             p.log.With("component", "stats"),
 	})
 	return stats.NewCache(provider, stats.DefaultCollectPeriod), nil
 }

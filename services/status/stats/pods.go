@@ -52,7 +52,10 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 	var volumesUsed map[string][2]uint64
 	if !onlyCPUAndMemory {
 		if volumes, volumesUsed, err = p.podVolumes(ctx); err != nil {
-			return nil, err
+			// As the kubelet, whose volume stats are gathered apart: the summary is
+			// served without them rather than not at all.
+			p.log.Warn("the summary has no volume stats this time", "err", err)
+			volumes, volumesUsed = nil, nil
 		}
 	}
 	now := p.clock.Now()

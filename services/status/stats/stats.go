@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -61,6 +62,9 @@ type Options struct {
 	PodLogsDir string
 	// Clock stamps the node's samples. Default the real clock.
 	Clock clock.Clock
+	// Log receives what a summary leaves out and why (volume stats when unitlet-volumes
+	// or unitlet-podsync does not answer). Default: discarded.
+	Log *slog.Logger
 }
 
 // Provider computes summaries. Its methods may be called concurrently.
@@ -79,6 +83,7 @@ type Provider struct {
 	volumes       func(ctx context.Context) ([]Volume, error)
 	pods          func(ctx context.Context) ([]*corev1.Pod, error)
 	clock         clock.Clock
+	log           *slog.Logger
 
 	mu sync.Mutex
 	// cpu holds the last cumulative CPU sample of the node (key ""), of each pod sandbox
@@ -103,6 +108,7 @@ func New(o Options) *Provider {
 		volumes:       o.Volumes,
 		pods:          o.Pods,
 		clock:         o.Clock,
+		log:           cmp.Or(o.Log, slog.New(slog.DiscardHandler)),
 		cpu:           map[string]cpuSample{},
 	}
 	if p.cgroupRoot == "" {
