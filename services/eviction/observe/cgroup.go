@@ -1,8 +1,6 @@
 package observe
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +11,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 // hierarchy is what the cgroup mount holds: the v2 tree, or the v1 hierarchies, of which
@@ -133,7 +133,7 @@ type memoryUse struct {
 // the working set (floored at zero). root says dir is the hierarchy's root, where cgroup v2
 // may have no memory.current.
 func (h *hierarchy) readMemory(dir string, root bool) (memoryUse, error) {
-	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"))
+	stat, err := cgroupfile.KeyValues[int64](filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return memoryUse{}, err
 	}
@@ -141,7 +141,7 @@ func (h *hierarchy) readMemory(dir string, root bool) (memoryUse, error) {
 	inactiveKey := "total_inactive_file"
 	if h.unified {
 		inactiveKey = "inactive_file"
-		usage, err = readInt(filepath.Join(dir, "memory.current"))
+		usage, err = cgroupfile.Read[int64](filepath.Join(dir, "memory.current"))
 		if errors.Is(err, fs.ErrNotExist) && root {
 			// The real root cgroup has no memory.current: what runc makes of it.
 			anon, okA := stat["anon"]
@@ -152,7 +152,7 @@ func (h *hierarchy) readMemory(dir string, root bool) (memoryUse, error) {
 			usage, err = anon+file, nil
 		}
 	} else {
-		usage, err = readInt(filepath.Join(dir, "memory.usage_in_bytes"))
+		usage, err = cgroupfile.Read[int64](filepath.Join(dir, "memory.usage_in_bytes"))
 	}
 	if err != nil {
 		return memoryUse{}, err
@@ -188,39 +188,4 @@ func (h *hierarchy) memoryLimit(dir string) (int64, bool, error) {
 		return 0, false, nil
 	}
 	return int64(n), true, nil
-}
-
-// readInt reads a file holding one integer.
-func readInt(p string) (int64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
-	}
-	return n, nil
-}
-
-// readKeyValues reads a flat keyed file such as memory.stat ("key value" lines).
-func readKeyValues(p string) (map[string]int64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			continue
-		}
-		out[k] = n
-	}
-	return out, nil
 }

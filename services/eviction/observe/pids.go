@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 // pids is pid.available: the lower of kernel.pid_max and kernel.threads-max, less the tasks
@@ -18,7 +20,7 @@ func (s *Source) pids() (Value, error) {
 	var limit int64 = -1
 	var errs []error
 	for _, name := range []string{"pid_max", "threads-max"} {
-		n, err := readInt(filepath.Join(s.procRoot, "sys", "kernel", name))
+		n, err := cgroupfile.Read[int64](filepath.Join(s.procRoot, "sys", "kernel", name))
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 // The labels the kubelet (and podsync) puts on every container.
@@ -299,7 +301,7 @@ func (s *Source) podCgroup(p *Pod, cgroups map[types.UID]string, cgroupsErr erro
 	if s.h.pids == "" {
 		return append(errs, errors.New("pod cgroup tasks: no cgroup v1 pids hierarchy"))
 	}
-	if p.Processes, err = readInt(filepath.Join(s.h.pids, rel, "pids.current")); err != nil {
+	if p.Processes, err = cgroupfile.Read[int64](filepath.Join(s.h.pids, rel, "pids.current")); err != nil {
 		errs = append(errs, fmt.Errorf("pod cgroup tasks: %w", err))
 	}
 	return errs

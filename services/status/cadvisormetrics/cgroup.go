@@ -1,15 +1,15 @@
 package cadvisormetrics
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 // cgroupStats is what one cgroup's files say, as cAdvisor reads them. A nil field is a file
@@ -64,48 +64,48 @@ const clockTicks = 100
 func (r cgroupReader) readV1(path string, now time.Time) (cgroupStats, error) {
 	s := cgroupStats{at: now}
 	cpuacct, cpu, mem := r.dir("cpuacct", path), r.dir("cpu", path), r.dir("memory", path)
-	usage, err := readNumber(filepath.Join(cpuacct, "cpuacct.usage"))
+	usage, err := cgroupfile.Read[float64](filepath.Join(cpuacct, "cpuacct.usage"))
 	if err != nil {
 		return s, err
 	}
 	s.cpuUsage = ptr(usage / 1e9)
-	if st, err := readFlatKeyed(filepath.Join(cpuacct, "cpuacct.stat")); err == nil {
+	if st, err := cgroupfile.KeyValues[float64](filepath.Join(cpuacct, "cpuacct.stat")); err == nil {
 		s.cpuUser, s.cpuSystem = scaled(st, "user", 1.0/clockTicks), scaled(st, "system", 1.0/clockTicks)
 	}
-	if st, err := readFlatKeyed(filepath.Join(cpu, "cpu.stat")); err == nil {
+	if st, err := cgroupfile.KeyValues[float64](filepath.Join(cpu, "cpu.stat")); err == nil {
 		s.periods, s.throttled, s.throttledSeconds = scaled(st, "nr_periods", 1), scaled(st, "nr_throttled", 1), scaled(st, "throttled_time", 1e-9)
 	}
-	if v, err := readNumber(filepath.Join(cpu, "cpu.shares")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(cpu, "cpu.shares")); err == nil {
 		s.shares = &v
 	}
-	if v, err := readNumber(filepath.Join(cpu, "cpu.cfs_period_us")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(cpu, "cpu.cfs_period_us")); err == nil {
 		s.period = &v
 	}
-	if v, err := readNumber(filepath.Join(cpu, "cpu.cfs_quota_us")); err == nil && v > 0 {
+	if v, err := cgroupfile.Read[float64](filepath.Join(cpu, "cpu.cfs_quota_us")); err == nil && v > 0 {
 		s.quota = &v
 	}
 
-	memUsage, err := readNumber(filepath.Join(mem, "memory.usage_in_bytes"))
+	memUsage, err := cgroupfile.Read[float64](filepath.Join(mem, "memory.usage_in_bytes"))
 	if err != nil {
 		return s, err
 	}
 	s.memUsage = &memUsage
-	st, err := readFlatKeyed(filepath.Join(mem, "memory.stat"))
+	st, err := cgroupfile.KeyValues[float64](filepath.Join(mem, "memory.stat"))
 	if err != nil {
 		return s, err
 	}
 	s.rss, s.cache = scaled(st, "total_rss", 1), scaled(st, "total_cache", 1)
 	s.workingSet = workingSet(memUsage, st["total_inactive_file"])
-	if v, err := readNumber(filepath.Join(mem, "memory.failcnt")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(mem, "memory.failcnt")); err == nil {
 		s.failcnt = &v
 	}
-	if v, err := readNumber(filepath.Join(mem, "memory.memsw.usage_in_bytes")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(mem, "memory.memsw.usage_in_bytes")); err == nil {
 		s.swap = ptr(max(v-memUsage, 0))
 	}
-	if oc, err := readFlatKeyed(filepath.Join(mem, "memory.oom_control")); err == nil {
+	if oc, err := cgroupfile.KeyValues[float64](filepath.Join(mem, "memory.oom_control")); err == nil {
 		s.oomKills = scaled(oc, "oom_kill", 1)
 	}
-	if v, err := readNumber(filepath.Join(mem, "memory.limit_in_bytes")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(mem, "memory.limit_in_bytes")); err == nil {
 		s.memLimit = ptr(memoryLimit(v))
 	}
 	return s, nil
@@ -114,13 +114,13 @@ func (r cgroupReader) readV1(path string, now time.Time) (cgroupStats, error) {
 func (r cgroupReader) readV2(path string, now time.Time) (cgroupStats, error) {
 	s := cgroupStats{at: now}
 	dir := r.dir("", path)
-	st, err := readFlatKeyed(filepath.Join(dir, "cpu.stat"))
+	st, err := cgroupfile.KeyValues[float64](filepath.Join(dir, "cpu.stat"))
 	if err != nil {
 		return s, err
 	}
 	s.cpuUsage, s.cpuUser, s.cpuSystem = scaled(st, "usage_usec", 1e-6), scaled(st, "user_usec", 1e-6), scaled(st, "system_usec", 1e-6)
 	s.periods, s.throttled, s.throttledSeconds = scaled(st, "nr_periods", 1), scaled(st, "nr_throttled", 1), scaled(st, "throttled_usec", 1e-6)
-	if w, err := readNumber(filepath.Join(dir, "cpu.weight")); err == nil {
+	if w, err := cgroupfile.Read[float64](filepath.Join(dir, "cpu.weight")); err == nil {
 		s.shares = ptr(weightToShares(w))
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "cpu.max")); err == nil {
@@ -134,21 +134,21 @@ func (r cgroupReader) readV2(path string, now time.Time) (cgroupStats, error) {
 		}
 	}
 
-	memUsage, err := readNumber(filepath.Join(dir, "memory.current"))
+	memUsage, err := cgroupfile.Read[float64](filepath.Join(dir, "memory.current"))
 	if err != nil {
 		return s, err
 	}
 	s.memUsage = &memUsage
-	ms, err := readFlatKeyed(filepath.Join(dir, "memory.stat"))
+	ms, err := cgroupfile.KeyValues[float64](filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return s, err
 	}
 	s.rss, s.cache = scaled(ms, "anon", 1), scaled(ms, "file", 1)
 	s.workingSet = workingSet(memUsage, ms["inactive_file"])
-	if v, err := readNumber(filepath.Join(dir, "memory.swap.current")); err == nil {
+	if v, err := cgroupfile.Read[float64](filepath.Join(dir, "memory.swap.current")); err == nil {
 		s.swap = &v
 	}
-	if ev, err := readFlatKeyed(filepath.Join(dir, "memory.events")); err == nil {
+	if ev, err := cgroupfile.KeyValues[float64](filepath.Join(dir, "memory.events")); err == nil {
 		s.oomKills = scaled(ev, "oom_kill", 1)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "memory.max")); err == nil {
@@ -182,43 +182,6 @@ func memoryLimit(v float64) float64 {
 // cAdvisor does: the inverse of the runtime's shares-to-weight mapping.
 func weightToShares(w float64) float64 {
 	return float64(2 + (uint64(w)-1)*262142/9999)
-}
-
-// readNumber reads a one-number cgroup file.
-func readNumber(path string) (float64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	return v, nil
-}
-
-// readFlatKeyed reads a "key value" per line cgroup file.
-func readFlatKeyed(path string) (map[string]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-			out[k] = n
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return out, nil
 }
 
 // scaled is key's value times unit, nil when the file has no such key.

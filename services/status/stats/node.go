@@ -2,7 +2,6 @@ package stats
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 const nodeCPUKey = ""
@@ -62,7 +63,7 @@ func (p *Provider) nodeCPU(now time.Time) (*statsv1alpha1.CPUStats, error) {
 func (p *Provider) nodeCPUUsage() (uint64, error) {
 	if p.unified() {
 		path := filepath.Join(p.cgroupRoot, "cpu.stat")
-		kv, err := readKeyValues(path)
+		kv, err := cgroupfile.KeyValues[uint64](path)
 		if err != nil {
 			return 0, err
 		}
@@ -74,7 +75,7 @@ func (p *Provider) nodeCPUUsage() (uint64, error) {
 	}
 	var firstErr error
 	for _, dir := range []string{"cpuacct", "cpu,cpuacct", "cpuacct,cpu"} {
-		v, err := readUint(filepath.Join(p.cgroupRoot, dir, "cpuacct.usage"))
+		v, err := cgroupfile.Read[uint64](filepath.Join(p.cgroupRoot, dir, "cpuacct.usage"))
 		if err == nil {
 			return v, nil
 		}
@@ -103,11 +104,11 @@ func (p *Provider) nodeMemory(now time.Time) (*statsv1alpha1.MemoryStats, error)
 	var stat map[string]uint64
 	var inactiveFile, rss, faults, majorFaults string
 	if p.unified() {
-		stat, err = readKeyValues(filepath.Join(p.cgroupRoot, "memory.stat"))
+		stat, err = cgroupfile.KeyValues[uint64](filepath.Join(p.cgroupRoot, "memory.stat"))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		usage, err = readUint(filepath.Join(p.cgroupRoot, "memory.current"))
+		usage, err = cgroupfile.Read[uint64](filepath.Join(p.cgroupRoot, "memory.current"))
 		if errors.Is(err, fs.ErrNotExist) {
 			usage, err = total-meminfo["MemFree"], nil
 		}
@@ -117,10 +118,10 @@ func (p *Provider) nodeMemory(now time.Time) (*statsv1alpha1.MemoryStats, error)
 		inactiveFile, rss, faults, majorFaults = "inactive_file", "anon", "pgfault", "pgmajfault"
 	} else {
 		dir := filepath.Join(p.cgroupRoot, "memory")
-		if usage, err = readUint(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
+		if usage, err = cgroupfile.Read[uint64](filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 			return nil, err
 		}
-		if stat, err = readKeyValues(filepath.Join(dir, "memory.stat")); err != nil {
+		if stat, err = cgroupfile.KeyValues[uint64](filepath.Join(dir, "memory.stat")); err != nil {
 			return nil, err
 		}
 		inactiveFile, rss, faults, majorFaults = "total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault"
@@ -139,7 +140,7 @@ func (p *Provider) nodeMemory(now time.Time) (*statsv1alpha1.MemoryStats, error)
 	pgfault, okFault := stat[faults]
 	pgmajfault, okMajor := stat[majorFaults]
 	if !okFault || !okMajor {
-		vmstat, err := readKeyValues(filepath.Join(p.procRoot, "vmstat"))
+		vmstat, err := cgroupfile.KeyValues[uint64](filepath.Join(p.procRoot, "vmstat"))
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +165,7 @@ func (p *Provider) nodeMemory(now time.Time) (*statsv1alpha1.MemoryStats, error)
 func (p *Provider) rlimit(now time.Time) (*statsv1alpha1.RlimitStats, error) {
 	r := &statsv1alpha1.RlimitStats{Time: metav1.NewTime(now)}
 	for _, name := range []string{"pid_max", "threads-max"} {
-		v, err := readUint(filepath.Join(p.procRoot, "sys", "kernel", name))
+		v, err := cgroupfile.Read[uint64](filepath.Join(p.procRoot, "sys", "kernel", name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -195,44 +196,6 @@ func (p *Provider) rlimit(now time.Time) (*statsv1alpha1.RlimitStats, error) {
 	}
 	r.NumOfRunningProcesses = &n
 	return r, nil
-}
-
-// readUint reads a file holding one unsigned number.
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return v, nil
-}
-
-// readKeyValues reads "key value" lines (memory.stat, cpu.stat, /proc/vmstat); lines whose
-// value is not an unsigned number are left out.
-func readKeyValues(path string) (map[string]uint64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	kv := map[string]uint64{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			kv[k] = n
-		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return kv, nil
 }
 
 // readMeminfo reads /proc/meminfo into bytes by name ("MemTotal:  16384 kB").

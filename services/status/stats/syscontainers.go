@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/unitlet/unitlet/shared/cgroupfile"
 )
 
 // commLen is how much of a process's name the kernel keeps in /proc/<pid>/comm.
@@ -216,9 +218,9 @@ func (p *Provider) cgroupStats(name string, set cgroupSet, now time.Time) statsv
 // cgroupCPUUsage is the CPU time of the cgroup at dir in nanoseconds.
 func (p *Provider) cgroupCPUUsage(dir string) (uint64, error) {
 	if !p.unified() {
-		return readUint(filepath.Join(dir, "cpuacct.usage"))
+		return cgroupfile.Read[uint64](filepath.Join(dir, "cpuacct.usage"))
 	}
-	kv, err := readKeyValues(filepath.Join(dir, "cpu.stat"))
+	kv, err := cgroupfile.KeyValues[uint64](filepath.Join(dir, "cpu.stat"))
 	if err != nil {
 		return 0, err
 	}
@@ -239,11 +241,11 @@ func (p *Provider) cgroupMemory(dir string, now time.Time) (*statsv1alpha1.Memor
 		usageFile, limitFile = "memory.current", "memory.max"
 		inactiveFile, rss, faults, majorFaults = "inactive_file", "anon", "pgfault", "pgmajfault"
 	}
-	usage, err := readUint(filepath.Join(dir, usageFile))
+	usage, err := cgroupfile.Read[uint64](filepath.Join(dir, usageFile))
 	if err != nil {
 		return nil, err
 	}
-	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"))
+	stat, err := cgroupfile.KeyValues[uint64](filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +260,7 @@ func (p *Provider) cgroupMemory(dir string, now time.Time) (*statsv1alpha1.Memor
 		}
 	}
 	// No limit: "max" (v2, not a number), a page-rounded 2^63 (v1), no file (a root).
-	if limit, err := readUint(filepath.Join(dir, limitFile)); err == nil && limit < 1<<62 {
+	if limit, err := cgroupfile.Read[uint64](filepath.Join(dir, limitFile)); err == nil && limit < 1<<62 {
 		available := limit - min(limit, workingSet)
 		m.AvailableBytes = &available
 	}
