@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,12 @@ const (
 	TestServerImage = "unitlet.local/testserver:1"
 	// NonRootImage is BusyboxImage run as uid 65534 (its config's User).
 	NonRootImage = "unitlet.local/busybox-nonroot:1"
+	// registrySourceImage is BusyboxImage with one more file, so that its image ID differs:
+	// the private registry's images are pushed from it. Pulling the same content as a test
+	// image would make that image "pulled here" for ensureSecretPulledImages, as for the
+	// kubelet, and every pod using the test image with pull policy Never would then have to
+	// prove credentials it cannot have.
+	registrySourceImage = "unitlet.local/busybox-registry:1"
 )
 
 // imageFile is one file of an image's only layer.
@@ -74,12 +81,15 @@ func (h *Harness) buildImages() (map[string]string, error) {
 	for _, tool := range busyboxApplets {
 		bb["bin/"+tool] = imageFile{mode: 0o777, link: "busybox"}
 	}
+	reg := maps.Clone(bb)
+	reg["etc/unitlet-registry-image"] = imageFile{mode: 0o644, content: []byte("pushed to the harness's private registry\n")}
 	ts := base()
 	ts["bin/testserver"] = imageFile{mode: 0o755, content: server}
 	images := []image{
 		{ref: PauseImage, files: map[string]imageFile{"pause": {mode: 0o755, content: pause}}, cmd: []string{"/pause"}},
 		{ref: BusyboxImage, files: bb, cmd: []string{"sh"}},
 		{ref: NonRootImage, files: bb, cmd: []string{"sh"}, user: "65534"},
+		{ref: registrySourceImage, files: reg, cmd: []string{"sh"}},
 		{ref: TestServerImage, files: ts, cmd: []string{"/bin/testserver", "serve"}},
 	}
 	out := map[string]string{}

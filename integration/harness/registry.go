@@ -24,7 +24,8 @@ const RegistryVersion = "v3.1.2"
 
 // Registry runs a private image registry beside the stack's containerd: the distribution
 // project's registry on 127.0.0.1, serving TLS with a certificate of the stack's CA and
-// asking for a user and password (htpasswd), holding BusyboxImage as PrivateBusybox.
+// asking for a user and password (htpasswd), holding registrySourceImage (a copy of
+// BusyboxImage with its own image ID) as RegistryAccess.Busybox and .PluginBusybox.
 type Registry struct {
 	// Port is where it listens on 127.0.0.1.
 	Port int `json:"port"`
@@ -38,11 +39,11 @@ type RegistryAccess struct {
 	User, Password string
 	// CAFile is the PEM of the CA that signed the registry's certificate.
 	CAFile string
-	// Busybox is BusyboxImage as the registry holds it; the stack's containerd holds no
-	// image of this name after Up, so a pod using it pulls.
+	// Busybox is registrySourceImage as the registry holds it; the stack's containerd
+	// holds no image of this name after Up, so a pod using it pulls.
 	Busybox string
-	// PluginBusybox is BusyboxImage again, under the path the harness's credential provider
-	// plugin gives credentials for (Node.ImageCredentialProvider); also not in the stack's
+	// PluginBusybox is registrySourceImage again, under the path the harness's credential
+	// provider plugin gives credentials for (Node.ImageCredentialProvider); also not in the stack's
 	// containerd after Up.
 	PluginBusybox string
 }
@@ -233,7 +234,7 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 		return nil
 	}
 	for _, name := range []string{r.Busybox, r.PluginBusybox} {
-		if err := ctr("tag", "--force", BusyboxImage, name); err != nil {
+		if err := ctr("tag", "--force", registrySourceImage, name); err != nil {
 			return "", err
 		}
 		if err := ctr("push", "--hosts-dir", h.hostsDir(), "--user", r.User+":"+r.Password, name); err != nil {
@@ -248,7 +249,7 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 
 // ForgetImageName removes one name of an image from the stack's containerd, so that the
 // next pod using it pulls. Only that name goes: CRI's RemoveImage would remove every name
-// of the image, the test images the private one is a copy of among them.
+// of the image, the image the registry's are pushed from among them.
 func (h *Harness) ForgetImageName(ctx context.Context, name string) error {
 	out, err := exec.CommandContext(ctx, "ctr", "--address", h.ContainerdSocket(), "-n", "k8s.io", "images", "rm", name).CombinedOutput()
 	if err != nil {
