@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/promtext"
 )
 
 // scrapeNode reads one of the node API's metrics pages through the API server's node proxy,
@@ -144,19 +144,12 @@ func TestNodeMetricsGathersEveryService(t *testing.T) {
 // except the kubelet's own, kept as the kubelet spells them.
 func lintNames(t *testing.T, fams map[string]*dto.MetricFamily) {
 	t.Helper()
-	var list []*dto.MetricFamily
-	for _, f := range fams {
-		list = append(list, f)
-	}
-	problems, err := promlint.NewWithMetricFamilies(list).Lint()
+	problems, err := promtext.Lint(fams, func(name string) bool { return strings.HasPrefix(name, "kubelet_") })
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "kubelet_") {
-			continue
-		}
-		t.Errorf("metric %s: %s", p.Metric, p.Text)
+		t.Errorf("metric %s", p)
 	}
 }
 

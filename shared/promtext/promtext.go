@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -107,4 +108,25 @@ func seriesKey(m *dto.Metric) string {
 	}
 	slices.Sort(pairs)
 	return strings.Join(pairs, ",")
+}
+
+// Lint runs Prometheus's metric linter (what `promtool check metrics` runs) over families
+// and returns its findings as "name: problem", leaving out those on names kept as the
+// kubelet or cAdvisor spell them (kept reports which).
+func Lint(families map[string]*dto.MetricFamily, kept func(name string) bool) ([]string, error) {
+	list := make([]*dto.MetricFamily, 0, len(families))
+	for _, f := range families {
+		list = append(list, f)
+	}
+	problems, err := promlint.NewWithMetricFamilies(list).Lint()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range problems {
+		if kept == nil || !kept(p.Metric) {
+			out = append(out, p.Metric+": "+p.Text)
+		}
+	}
+	return out, nil
 }

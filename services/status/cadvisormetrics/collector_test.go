@@ -131,10 +131,22 @@ func scrape(t *testing.T, mount, root string, rt fakeRuntime) string {
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	if _, err := promtext.Parse(rec.Body.String()); err != nil {
+	families, err := promtext.Parse(rec.Body.String())
+	if err != nil {
 		t.Fatalf("%v\n%s", err, rec.Body)
 	}
+	// Prometheus's conventions, but for the names cAdvisor has always served.
+	problems, err := promtext.Lint(families, func(name string) bool { return cadvisorNames[name] })
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
 	return rec.Body.String()
+}
+
+// cadvisorNames are the names promlint faults that cAdvisor (and so the kubelet's
+// /metrics/cadvisor) has served for years: dashboards query them as they are.
+var cadvisorNames = map[string]bool{
+	"container_memory_failcnt": true, // a counter without _total
 }
 
 // lines are the exposition's sample lines for the container app and machine.

@@ -136,6 +136,10 @@ resource_scrape_error 0
 		t.Errorf("summary asked with onlyCPUAndMemory %v, want one call with true", src.asked)
 	}
 	families := parse(t, body)
+	// The names are the kubelet's and follow Prometheus's conventions with no exception.
+	if problems, err := promtext.Lint(families, nil); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
 	if got := families["container_cpu_usage_seconds_total"].GetMetric()[0].GetTimestampMs(); got != 1700000001500 {
 		t.Errorf("container cpu timestamp %d, want the sample's time", got)
 	}
