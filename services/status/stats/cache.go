@@ -29,7 +29,14 @@ type Cache struct {
 	last    *statsv1alpha1.Summary
 	lastAt  time.Time
 	lastErr error
+	// asked is when a summary was last asked for: the background collection runs only
+	// while someone reads the summaries (idleAfter), so that a node nobody scrapes does not
+	// pay for the runtime's stats of every container every period.
+	asked time.Time
 }
+
+// idleAfter is how many periods without a request stop the background collection.
+const idleAfter = 6
 
 // NewCache returns a Cache collecting from p every period (DefaultCollectPeriod when 0).
 func NewCache(p *Provider, period time.Duration) *Cache {
@@ -44,7 +51,12 @@ func NewCache(p *Provider, period time.Duration) *Cache {
 func (c *Cache) Run(ctx context.Context) error {
 	for {
 		start := c.p.clock.Now()
-		c.collect(ctx)
+		c.mu.Lock()
+		wanted := !c.asked.IsZero() && c.p.clock.Since(c.asked) <= idleAfter*c.period
+		c.mu.Unlock()
+		if wanted {
+			c.collect(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -53,9 +65,17 @@ func (c *Cache) Run(ctx context.Context) error {
 	}
 }
 
-// Summary returns the last summary collected; before the first collection it collects one
-// itself. With onlyCPUAndMemory it leaves out what Provider.Summary leaves out then.
+// Summary returns the last summary collected; before the first collection, or after an
+// idle spell, it collects one itself. With onlyCPUAndMemory it leaves out what Provider.Summary leaves out then.
 func (c *Cache) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error) {
+	c.mu.Lock()
+	c.asked = c.p.clock.Now()
+	// After an idle spell the last summary is old: collect afresh, as before the first.
+	idle := c.last != nil && c.p.clock.Since(c.lastAt) > 2*c.period
+	c.mu.Unlock()
+	if idle {
+		c.collect(ctx)
+	}
 	s, err := c.latest()
 	if s == nil && err == nil {
 		c.collect(ctx)

@@ -99,3 +99,37 @@ func TestCacheRunStopsWithItsContext(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 }
+
+// Nobody reading the summaries: no background collection; a request after an idle spell
+// collects afresh rather than serve an old summary.
+func TestCacheIdlesWhileNobodyAsks(t *testing.T) {
+	c, rt, clk := newCache(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	for range 3 {
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(time.Minute)
+	}
+	c.mu.Lock()
+	collected := c.last != nil
+	c.mu.Unlock()
+	if collected {
+		t.Fatal("collected a summary nobody asked for")
+	}
+	first, err := c.Summary(ctx, false)
+	if err != nil || len(first.Pods) != 1 {
+		t.Fatalf("Summary = %+v, %v", first, err)
+	}
+	rt.containerStats = nil
+	clk.Step(3 * time.Minute) // idle: older than two periods
+	if s, err := c.Summary(ctx, false); err != nil || len(s.Pods) != 0 {
+		t.Fatalf("after an idle spell Summary = %+v, %v; want a fresh one without the pod", s, err)
+	}
+	cancel()
+	clk.Step(time.Minute)
+	<-done
+}
