@@ -56,7 +56,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc, nodeName, clk := nc.KubeletConfiguration, nc.Node.GetName(), clock.RealClock{}
-	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, cri.FromConfig(kc)...)
+	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
+	reg := d.Registry()
+	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, append(cri.FromConfig(kc), cri.Metrics(reg))...)
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
 	}
@@ -92,8 +94,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer eviction.Close()
 
-	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
-	reg := d.Registry()
 	events, err := newRecorder(restConfig, kc, nodeName, log)
 	if err != nil {
 		return err

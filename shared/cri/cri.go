@@ -31,6 +31,7 @@ type Option func(*options)
 type options struct {
 	imageEndpoint string
 	timeout       time.Duration
+	metrics       *operationMetrics
 }
 
 // ImageEndpoint serves the image service from another endpoint (kubelet config
@@ -54,7 +55,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	conn, err := dial(endpoint, o.timeout)
+	conn, err := dial(endpoint, o)
 	if err != nil {
 		return nil, fmt.Errorf("container runtime endpoint %s: %w", endpoint, err)
 	}
@@ -64,7 +65,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 		conn:                 conn,
 	}
 	if o.imageEndpoint != "" && o.imageEndpoint != endpoint {
-		img, err := dial(o.imageEndpoint, o.timeout)
+		img, err := dial(o.imageEndpoint, o)
 		if err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("image service endpoint %s: %w", o.imageEndpoint, err)
@@ -74,7 +75,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-func dial(endpoint string, timeout time.Duration) (*grpc.ClientConn, error) {
+func dial(endpoint string, o options) (*grpc.ClientConn, error) {
 	path := strings.TrimPrefix(endpoint, "unix://")
 	if path == "" || !strings.HasPrefix(path, "/") {
 		return nil, fmt.Errorf("%q: want unix:///path/to/socket", endpoint)
@@ -83,16 +84,22 @@ func dial(endpoint string, timeout time.Duration) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
 	}
-	if timeout > 0 {
-		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	var unary []grpc.UnaryClientInterceptor
+	if o.metrics != nil {
+		unary = append(unary, o.metrics.unary)
+		opts = append(opts, grpc.WithStreamInterceptor(o.metrics.stream))
+	}
+	if timeout := o.timeout; timeout > 0 {
+		unary = append(unary, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			if d := callTimeout(req, timeout); d > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, d)
 				defer cancel()
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
-		}))
+		})
 	}
+	opts = append(opts, grpc.WithChainUnaryInterceptor(unary...))
 	return grpc.NewClient("unix://"+path, opts...)
 }
 

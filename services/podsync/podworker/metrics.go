@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	workers        prometheus.Gauge
 	workerDuration *prometheus.HistogramVec
+	startPhase     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -18,9 +19,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"operation_type"}),
+		startPhase: newStartPhaseMetric(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.workers, m.workerDuration)
+		reg.MustRegister(m.workers, m.workerDuration, m.startPhase)
 	}
 	return m
 }

@@ -19,6 +19,7 @@ type worker struct {
 	uid       types.UID
 	source    string
 	firstSeen time.Time
+	trace     startTrace
 	wake      chan struct{}
 	started   bool // guarded by m.mu
 	// acted is set when a sync changed something in the runtime (killPod's goroutines set
@@ -195,5 +196,11 @@ func (w *worker) report(res syncResult) {
 	w.mu.Unlock()
 	if !same && w.m.o.Report != nil {
 		w.m.o.Report(obs)
+	}
+	if res.forget || res.terminated {
+		w.trace.finish(nil, w.firstSeen)
+	} else if allContainersRunning(obs.Pod, &obs.Status) {
+		w.trace.mark(phaseReported, w.m.o.Clock.Now())
+		w.trace.finish(w.m.metrics.startPhase, w.firstSeen)
 	}
 }

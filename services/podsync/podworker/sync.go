@@ -82,6 +82,7 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	if rp.Empty() {
 		res.operation = "create"
 	}
+	w.trace.begin(rp.Empty(), w.m.o.Clock.Now())
 	next, err := w.syncRunning(ctx, pod, rp, st)
 	if err != nil {
 		log.Info("sync pod", "err", err)
@@ -92,6 +93,9 @@ func (w *worker) sync(ctx context.Context) syncResult {
 		}
 	}
 	res.status = w.status(pod, rp, st)
+	if allContainersRunning(pod, &res.status) {
+		w.trace.mark(phaseContainersStarted, w.m.o.Clock.Now())
+	}
 	res.containers = refs(pod, rp)
 	res.next = next
 	if deadline > 0 {
@@ -270,13 +274,16 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		if err := w.ensureCgroup(ctx, pod); err != nil {
 			return time.Second, err
 		}
+		w.trace.mark(phaseCgroup, w.m.o.Clock.Now())
 		if _, err := w.volumeMounts(ctx, pod); err != nil {
 			return volumeRetry, err
 		}
+		w.trace.mark(phaseVolumes, w.m.o.Clock.Now())
 		var err error
 		if sb, err = w.runSandbox(ctx, pod, attempt); err != nil {
 			return sandboxRetry, err
 		}
+		w.trace.mark(phaseSandbox, w.m.o.Clock.Now())
 		// A new sandbox runs init containers again from the start.
 		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, Sandboxes: []*relist.Sandbox{sb}}
 	}
