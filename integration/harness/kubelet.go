@@ -118,9 +118,10 @@ func (h *Harness) prepareKubelet(n Node, f *controlPlaneFiles, bin string) (stri
 }
 
 // kubeletConfig is node n's KubeletConfiguration: the kubelet's defaults but for what a
-// cgroup-v1 host without systemd needs and what keeps it inside the stack.
+// cgroup-v1 host without systemd needs and what keeps it inside the stack, then the stack
+// file's maxPods and kubeletConfig for the node (as a unitlet node's, nodeConfig).
 func kubeletConfig(n Node, caFile, endpoint, podLogs string) string {
-	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Written by unitlet-harness for node %s.
 clusterDomain: cluster.local
@@ -153,10 +154,14 @@ failSwapOn: false
 containerRuntimeEndpoint: %s
 # Not the host's /var/log/pods: the node's own directory.
 podLogsDir: %s
-# The test images cannot be pulled again: never collect them.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
 `, n.Name, caFile, kubeletPort, kubeletHealthzPort, endpoint, podLogs)
+	if n.MaxPods != 0 {
+		cfg += fmt.Sprintf("maxPods: %d\n", n.MaxPods)
+	}
+	if n.KubeletConfig != "" {
+		cfg += "# The stack file's kubeletConfig for the node.\n" + strings.TrimRight(n.KubeletConfig, "\n") + "\n"
+	}
+	return cfg
 }
 
 // kernelTunables are the sysctls the kubelet sets at start (unless protectKernelDefaults,

@@ -288,6 +288,17 @@ func (l latencies) percentile(p float64) time.Duration {
 	return l[max(0, min(i, len(l)-1))]
 }
 
+func (l latencies) mean() time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range l {
+		sum += d
+	}
+	return sum / time.Duration(len(l))
+}
+
 func (l latencies) max() time.Duration {
 	if len(l) == 0 {
 		return 0

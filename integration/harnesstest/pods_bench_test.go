@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/unitlet/unitlet/integration/harness"
@@ -25,16 +27,20 @@ const automountToken = true
 // vsPodCounts are the sizes of the rounds: that many pods created at once.
 var vsPodCounts = []int{1, 30, 100}
 
-// BenchmarkPodsVsKubelet measures unitlet and the real kubelet side by side on the same
-// control plane and containerd (the stack integration/stacks/bench-pods.yaml, which
-// `make bench-pods` names in UNITLET_STACK): for 1, 30 and 100 busybox pods created at
-// once, per pod the time from its create call until all its containers run (p50, p99,
-// max), then the time from the delete calls until all are gone; at 100 pods the memory
-// and CPU of the node agent (all unitlet services; the kubelet). It prints a table and,
-// last, the ratios unitlet/kubelet.
+// BenchmarkPodsVsKubelet measures unitlet, the real kubelet and the runtime alone (the
+// floor: floorRound) side by side on the same control plane and containerd (the stack
+// integration/stacks/bench-pods.yaml, which `make bench-pods` names in UNITLET_STACK): for
+// 1, 30 and 100 busybox pods created at once, per pod the time from its create call until
+// all its containers run (p50, p99, max), then the time from the delete calls until all are
+// gone; at 100 pods the memory and CPU of the node agent (each unitlet service and their
+// sum; the kubelet). It prints a table of the medians over the rounds and, last, the
+// ratios unitlet/kubelet and unitlet/floor.
 //
-// The two agents share the stack's containerd and each stops pods it did not start, so
-// they take turns: unitlet's rounds first with the kubelet stopped, then the kubelet's.
+// The agents share the stack's containerd and each stops pods it did not start, so they
+// take turns, and the turns interleave (unitlet, kubelet, floor, unitlet, kubelet, floor,
+// ... UNITLET_BENCH_ROUNDS times, 3 by default) so that a shared machine's drift falls on
+// every side alike. Before the first round it checks that both agents run with the same
+// KubeletConfiguration fields (vsSameConfig).
 //
 // "Running" is what a watch on the API server sees in the pods' status (source=api). Until
 // the unitlet node runs unitlet-status, nothing writes its pods' status to the API, and
@@ -42,7 +48,8 @@ var vsPodCounts = []int{1, 30, 100}
 // BenchmarkPodStart does.
 func BenchmarkPodsVsKubelet(b *testing.B) {
 	unitletNode, kubeletNode := vsNodes(b)
-	// `up` started both; only one agent may run while there are pods.
+	// `up` started both agents, with no pods yet: compare their configurations now.
+	vsSameConfig(b, unitletNode, kubeletNode)
 	if err := stack.StopNode(kubeletNode); err != nil {
 		b.Fatal(err)
 	}
@@ -57,27 +64,104 @@ func BenchmarkPodsVsKubelet(b *testing.B) {
 		}
 	}
 	kubelet := vsSide{agent: "kubelet", node: kubeletNode, source: "api"}
+	floor := vsSide{agent: "floor", source: "cri"}
+	rounds := vsRounds(b)
+	runtimeVersion := vsRuntimeVersion(b)
 
 	var results []vsResult
 	for range b.N {
-		for _, n := range vsPodCounts {
-			results = append(results, vsRound(b, unitlet, n))
-		}
-		if err := stack.StopNode(unitletNode); err != nil {
-			b.Fatal(err)
-		}
-		if err := stack.StartNode(context.Background(), kubeletNode); err != nil {
-			b.Fatal(err)
-		}
-		for _, n := range vsPodCounts {
-			results = append(results, vsRound(b, kubelet, n))
-		}
-		// The kubelet's wrapper puts the host back as it stops.
-		if err := stack.StopNode(kubeletNode); err != nil {
-			b.Fatal(err)
+		for round := 1; round <= rounds; round++ {
+			for _, side := range []vsSide{unitlet, kubelet, floor} {
+				vsActivate(b, side, unitlet, kubelet)
+				for _, n := range vsPodCounts {
+					var r vsResult
+					if side.agent == "floor" {
+						rt, err := stack.CRI()
+						if err != nil {
+							b.Fatal(err)
+						}
+						r, err = floorRound(context.Background(), rt, n)
+						rt.Close()
+						if err != nil {
+							b.Fatalf("floor, %d pods: %v", n, err)
+						}
+					} else {
+						r = vsRound(b, side, n)
+					}
+					fmt.Printf("round %d/%d: %s, %d pods: start p99 %.2f s, deleted %.2f s\n", round, rounds, side.agent, n,
+						r.start.percentile(99).Seconds(), r.deleted.Seconds())
+					results = append(results, r)
+				}
+			}
 		}
 	}
-	printVs(results)
+	// The kubelet's wrapper puts the host back as it stops; unitlet runs again, as after up.
+	vsActivate(b, unitlet, unitlet, kubelet)
+	printVs(runtimeVersion, results)
+}
+
+// vsRounds is UNITLET_BENCH_ROUNDS, 3 if unset.
+func vsRounds(b *testing.B) int {
+	v := os.Getenv("UNITLET_BENCH_ROUNDS")
+	if v == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("UNITLET_BENCH_ROUNDS=%q: want a number of rounds, at least 1", v)
+	}
+	return n
+}
+
+// vsRuntimeVersion is the stack's runtime as CRI names it, e.g. "containerd 1.6.20~ds1".
+func vsRuntimeVersion(b *testing.B) string {
+	rt, err := stack.CRI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	v, err := rt.Runtime.Version(context.Background(), &runtimeapi.VersionRequest{})
+	if err != nil {
+		b.Fatalf("the runtime's version: %v", err)
+	}
+	return v.RuntimeName + " " + v.RuntimeVersion
+}
+
+// vsActivate leaves only side's agent running (none for the floor) and, for an agent,
+// waits until its node is Ready in the API.
+func vsActivate(b *testing.B, side, unitlet, kubelet vsSide) {
+	b.Helper()
+	for _, other := range []vsSide{unitlet, kubelet} {
+		if other.agent != side.agent {
+			if err := stack.StopNode(other.node); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if side.node == "" {
+		return
+	}
+	if err := stack.StartNode(context.Background(), side.node); err != nil {
+		b.Fatal(err)
+	}
+	// Ready, said by the agent since it started (the condition of its last run stays in the
+	// API), and without the taints the node controller put while it was away.
+	c := benchClient(b)
+	started := time.Now().Add(-time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		node, err := c.CoreV1().Nodes().Get(context.Background(), side.node, metav1.GetOptions{})
+		if err == nil {
+			ready := nodeReady(node)
+			if ready != nil && ready.Status == corev1.ConditionTrue && !ready.LastHeartbeatTime.Time.Before(started.Truncate(time.Second)) && len(node.Spec.Taints) == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: node %s not Ready 2 minutes after its start (%v)\n%s", side.agent, side.node, err, stack.Logs(30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // vsNodes are the stack's unitlet node (podsyncNode, running podsync as host processes) and
@@ -121,12 +205,19 @@ type vsResult struct {
 	// At 100 pods: the agent's resident memory with the pods running, its CPU time over
 	// the round (create → gone), and its share of a core over 10 s with the pods running.
 	rssBytes, cpuSeconds, steadyCores float64
+	// serviceRSS is each unitlet service's resident memory at 100 pods, by service.
+	serviceRSS map[string]float64
+	// breakdown is where unitlet's pods' start time went, at 100 pods.
+	breakdown []breakdownStep
 }
 
+// vsScript is the benchmark pods' command: `sleep 3600` that ends on SIGTERM. As PID 1 it
+// would ignore the signal and every delete would last the grace period, measuring the
+// grace instead of the agent.
+const vsScript = "trap 'exit 0' TERM; sleep 3600 & wait"
+
 func vsPod(node, name string) *corev1.Pod {
-	// `sleep 3600` that ends on SIGTERM: as PID 1 it would ignore the signal and every
-	// delete would last the grace period, measuring the grace instead of the agent.
-	p := busyboxPod(name, "trap 'exit 0' TERM; sleep 3600 & wait")
+	p := busyboxPod(name, vsScript)
 	p.Spec.NodeName = node
 	p.Spec.AutomountServiceAccountToken = ptr.To(automountToken)
 	return p
@@ -154,6 +245,13 @@ func vsRound(b *testing.B, side vsSide, n int) vsResult {
 		b.Fatalf("%s on %s: %v", side.agent, side.node, err)
 	}
 
+	var traceBefore histograms
+	if side.agent == "unitlet" && n >= 100 {
+		if traceBefore, err = podTrace(ctx, side.node); err != nil {
+			b.Fatal(err)
+		}
+	}
+
 	prefix := fmt.Sprintf("vs-%s-%d", side.agent, n)
 	names := podNames(prefix, n)
 	pods := make([]*corev1.Pod, n)
@@ -175,6 +273,13 @@ func vsRound(b *testing.B, side vsSide, n int) vsResult {
 		b.Fatalf("%s, %d pods: %v\n%s", side.agent, n, err, stack.Logs(30))
 	}
 	r := vsResult{side: side, pods: n, start: since(created, running), allRunning: latest(running).Sub(first)}
+	if traceBefore != nil {
+		after, err := podTrace(ctx, side.node)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.breakdown = podBreakdown(traceBefore, after, n)
+	}
 	if n >= 100 {
 		perService := map[string]procUsage{}
 		for _, svc := range side.services {
@@ -182,21 +287,16 @@ func vsRound(b *testing.B, side vsSide, n int) vsResult {
 				perService[svc], _ = readProcUsage([]int{pid})
 			}
 		}
-		t0 := time.Now()
 		if r.rssBytes, r.steadyCores, err = usageOver(pids, 10*time.Second); err != nil {
 			b.Fatal(err)
 		}
+		r.serviceRSS = map[string]float64{}
 		for _, svc := range side.services {
-			pid, err := stack.ServicePID(side.node, svc)
-			if err != nil {
-				continue
+			if pid, err := stack.ServicePID(side.node, svc); err == nil {
+				if u, err := readProcUsage([]int{pid}); err == nil {
+					r.serviceRSS[svc] = u.rssBytes
+				}
 			}
-			u1, err := readProcUsage([]int{pid})
-			if err != nil {
-				continue
-			}
-			fmt.Printf("%s, %d pods: unitlet-%s RSS %.1f MiB, CPU %.2f%% of a core (10 s, running)\n",
-				side.agent, n, svc, u1.rssBytes/(1<<20), 100*(u1.cpuSeconds-perService[svc].cpuSeconds)/time.Since(t0).Seconds())
 		}
 	}
 
@@ -240,44 +340,114 @@ func vsRound(b *testing.B, side vsSide, n int) vsResult {
 	return r
 }
 
-// printVs writes the table, then the ratios line last.
-func printVs(results []vsResult) {
+// printVs writes, for the stack's runtime, the table of the medians over the rounds of
+// each agent and size, unitlet's memory per service at 100 pods, then the ratios last.
+func printVs(runtime string, results []vsResult) {
+	type key struct {
+		agent string
+		pods  int
+	}
+	groups := map[key][]vsResult{}
+	var order []key
+	for _, r := range results {
+		k := key{r.side.agent, r.pods}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	slices.SortStableFunc(order, func(a, b key) int {
+		rank := map[string]int{"unitlet": 0, "kubelet": 1, "floor": 2}
+		if d := rank[a.agent] - rank[b.agent]; d != 0 {
+			return d
+		}
+		return a.pods - b.pods
+	})
+	med := func(k key, f func(vsResult) float64) float64 {
+		var v []float64
+		for _, r := range groups[k] {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	p99 := func(r vsResult) float64 { return r.start.percentile(99).Seconds() }
+	deleted := func(r vsResult) float64 { return r.deleted.Seconds() }
+	rss := func(r vsResult) float64 { return r.rssBytes }
+
 	fmt.Println()
-	fmt.Printf("== pods vs kubelet %s: create → all containers running (per pod), delete → all gone\n", harness.KubernetesVersion)
+	fmt.Printf("== pods vs kubelet %s on %s: create → all containers running (per pod), delete → all gone; medians of %d rounds\n",
+		harness.KubernetesVersion, runtime, len(groups[order[0]]))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "agent\tpods\tsource\tstart p50 s\tp99 s\tmax s\tall running s\tdeleted s\tgone by\tRSS MiB\tCPU s (round)\tCPU % (10 s, running)\t")
-	for _, r := range results {
-		rss, cpu, steady := "", "", ""
-		if r.pods >= 100 {
-			rss = fmt.Sprintf("%.1f", r.rssBytes/(1<<20))
-			cpu = fmt.Sprintf("%.2f", r.cpuSeconds)
-			steady = fmt.Sprintf("%.1f", r.steadyCores*100)
+	for _, k := range order {
+		g := groups[k]
+		mem, cpu, steady := "", "", ""
+		if k.pods >= 100 && k.agent != "floor" {
+			mem = fmt.Sprintf("%.1f", med(k, rss)/(1<<20))
+			cpu = fmt.Sprintf("%.2f", med(k, func(r vsResult) float64 { return r.cpuSeconds }))
+			steady = fmt.Sprintf("%.1f", 100*med(k, func(r vsResult) float64 { return r.steadyCores }))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", r.side.agent, r.pods, r.side.source,
-			r.start.percentile(50).Seconds(), r.start.percentile(99).Seconds(), r.start.max().Seconds(),
-			r.allRunning.Seconds(), r.deleted.Seconds(), r.deleteSource, rss, cpu, steady)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", k.agent, k.pods, g[0].side.source,
+			med(k, func(r vsResult) float64 { return r.start.percentile(50).Seconds() }), med(k, p99),
+			med(k, func(r vsResult) float64 { return r.start.max().Seconds() }),
+			med(k, func(r vsResult) float64 { return r.allRunning.Seconds() }), med(k, deleted), g[0].deleteSource, mem, cpu, steady)
 	}
 	tw.Flush()
-	find := func(agent string, pods int) *vsResult {
-		for i := range results {
-			if results[i].side.agent == agent && results[i].pods == pods {
-				return &results[i]
+
+	u100 := key{"unitlet", 100}
+	if g := groups[u100]; len(g) > 0 && len(g[0].serviceRSS) > 0 {
+		var parts []string
+		for _, svc := range g[0].side.services {
+			parts = append(parts, fmt.Sprintf("%s %.1f", svc, med(u100, func(r vsResult) float64 { return r.serviceRSS[svc] })/(1<<20)))
+		}
+		fmt.Printf("unitlet RSS at 100 pods, MiB (medians): %s; summed %.1f\n", strings.Join(parts, ", "), med(u100, rss)/(1<<20))
+	}
+
+	if g := groups[u100]; len(g) > 0 && len(g[0].breakdown) > 0 {
+		fmt.Println("where a unitlet pod's start went at 100 pods (means, medians of the rounds; create → running in the API:",
+			fmt.Sprintf("%.2f s):", med(u100, func(r vsResult) float64 { return r.start.mean().Seconds() })))
+		means, perPod := map[string][]float64{}, map[string][]float64{}
+		for _, r := range g {
+			for _, st := range r.breakdown {
+				means[st.name] = append(means[st.name], st.mean)
+				perPod[st.name] = append(perPod[st.name], st.perPod)
 			}
 		}
-		return nil
+		for _, st := range g[0].breakdown {
+			line := fmt.Sprintf("  %-48s %7.3f s", st.name, median(means[st.name]))
+			if st.perPod > 0 {
+				line += fmt.Sprintf(" a call, %.1f calls a pod", median(perPod[st.name]))
+			}
+			fmt.Println(line)
+		}
 	}
-	ratio := func(u, k float64) string {
-		if k == 0 {
+
+	ratio := func(agent, base string, pods int, f func(vsResult) float64) string {
+		u, k := key{agent, pods}, key{base, pods}
+		if len(groups[u]) == 0 || len(groups[k]) == 0 || med(k, f) == 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.2f", u/k)
+		return fmt.Sprintf("%.2f", med(u, f)/med(k, f))
 	}
-	var p99 []string
+	var vsKubelet, vsFloor []string
 	for _, n := range vsPodCounts {
-		u, k := find("unitlet", n), find("kubelet", n)
-		p99 = append(p99, fmt.Sprintf("%d=%s", n, ratio(u.start.percentile(99).Seconds(), k.start.percentile(99).Seconds())))
+		vsKubelet = append(vsKubelet, fmt.Sprintf("%d=%s", n, ratio("unitlet", "kubelet", n, p99)))
+		vsFloor = append(vsFloor, fmt.Sprintf("%d=%s", n, ratio("unitlet", "floor", n, p99)))
 	}
-	u, k := find("unitlet", 100), find("kubelet", 100)
-	fmt.Printf("unitlet/kubelet p99 ratio: %s; delete ratio 100=%s; rss ratio 100=%s\n", strings.Join(p99, " "),
-		ratio(u.deleted.Seconds(), k.deleted.Seconds()), ratio(u.rssBytes, k.rssBytes))
+	fmt.Printf("unitlet/kubelet p99 ratio: %s; delete ratio 100=%s; rss ratio 100=%s\n", strings.Join(vsKubelet, " "),
+		ratio("unitlet", "kubelet", 100, deleted), ratio("unitlet", "kubelet", 100, rss))
+	fmt.Printf("unitlet/floor p99 ratio: %s\n", strings.Join(vsFloor, " "))
+}
+
+// median is the middle value (the mean of the two middle ones for an even count).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
