@@ -88,10 +88,13 @@ func New(rt Runtime, policy Policy, clk clock.Clock, reg prometheus.Registerer, 
 	return m
 }
 
-// Run checks usage every Period until ctx ends. GC is off when the high threshold is 100.
+// Run checks usage every Period until ctx ends. GC is off when the high threshold is 100
+// (as the kubelet's, age included): Run then only waits for ctx, as an actor of the
+// process that must not end it.
 func (m *Manager) Run(ctx context.Context) error {
 	if m.policy.HighThresholdPercent >= 100 {
 		m.log.Info("image garbage collection is off (imageGCHighThresholdPercent: 100)")
+		<-ctx.Done()
 		return nil
 	}
 	m.log.Info("image garbage collection", "highPercent", m.policy.HighThresholdPercent, "lowPercent", m.policy.LowThresholdPercent, "minAge", m.policy.MinAge, "maxAge", m.policy.MaxAge, "keep", m.policy.Keep)

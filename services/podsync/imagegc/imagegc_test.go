@@ -163,3 +163,21 @@ func TestCollectRemovesImagesUnusedForLongerThanTheMaximumAge(t *testing.T) {
 		t.Errorf("removed %v, want only idle", rt.removed)
 	}
 }
+
+// GC off must not end podsync: Run is one of the process's actors, and its return stops
+// them all.
+func TestRunWithGCOffWaitsForTheEnd(t *testing.T) {
+	m := New(nil, Policy{HighThresholdPercent: 100, LowThresholdPercent: 99}, clocktesting.NewFakeClock(time.Now()), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run with imageGCHighThresholdPercent 100 returned before its context ended: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after the end: %v, want nil", err)
+	}
+}
