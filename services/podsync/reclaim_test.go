@@ -307,6 +307,7 @@ func TestReclaimDisk(t *testing.T) {
 			// done keeps its final status, though its containers are gone.
 			again := n.done.DeepCopy()
 			again.ResourceVersion = "2"
+			again.Labels = map[string]string{"version": "2"}
 			n.s.SetPods("api", []*corev1.Pod{n.runs, again})
 			l := waitListed(t, n.s, "done synced again", func(l map[string]*podsyncv1.Pod) bool {
 				return l["done"] != nil && l["done"].Pod != nil && strings.Contains(string(l["done"].Pod), `"resourceVersion":"2"`)

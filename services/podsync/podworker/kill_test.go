@@ -81,9 +81,10 @@ func TestEvictAfterTheEnd(t *testing.T) {
 	h.ev.waitFor(t, "succeeded", func(o Observed) bool { return o.Terminated && o.Status.Phase == corev1.PodSucceeded })
 
 	h.m.Evict(pod.UID, ptr.To[int64](0), "Evicted", "too late")
-	// A new version of the pod makes the worker sync and report again.
+	// A new version of the pod (a label changed) makes the worker sync and report again.
 	next := pod.DeepCopy()
 	next.ResourceVersion = "2"
+	next.Labels = map[string]string{"version": "2"}
 	h.m.Update(next, "api")
 	o := h.ev.waitFor(t, "the new version", func(o Observed) bool { return o.Pod.ResourceVersion == "2" })
 	if o.Status.Phase != corev1.PodSucceeded || o.Status.Reason != "" {
@@ -112,6 +113,7 @@ func TestFinalStatusOutlivesTheContainers(t *testing.T) {
 	cri.mu.Unlock()
 	next := pod.DeepCopy()
 	next.ResourceVersion = "2"
+	next.Labels = map[string]string{"version": "2"}
 	h.m.Update(next, "api")
 	o := h.ev.waitFor(t, "the new version", func(o Observed) bool { return o.Pod.ResourceVersion == "2" })
 	if o.Status.Phase != corev1.PodSucceeded || statusOf(o, "app").State.Terminated == nil {

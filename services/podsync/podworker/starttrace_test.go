@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestANewPodsStartIsTracedOncePerStep(t *testing.T) {
@@ -67,4 +68,48 @@ func phaseCounts(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// A pod's worker syncs again for a new spec, labels, annotations or deletion, not for a
+// status the API now has (each status write brings one back), unless readiness gates make
+// the status's conditions the pod's input.
+func TestOnlyMeaningfulChangesSyncThePodAgain(t *testing.T) {
+	base := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	base.ResourceVersion = "1"
+	next := func(change func(p *corev1.Pod)) *corev1.Pod {
+		p := base.DeepCopy()
+		p.ResourceVersion = "2"
+		change(p)
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"the same version", base.DeepCopy(), false},
+		{"status only", next(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), false},
+		{"spec", next(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox:2" }), true},
+		{"labels", next(func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }), true},
+		{"annotations", next(func(p *corev1.Pod) { p.Annotations = map[string]string{"a": "b"} }), true},
+		{"deleted", next(func(p *corev1.Pod) { p.DeletionGracePeriodSeconds = ptr.To[int64](30) }), true},
+		{"a readiness gate's condition", next(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue}}
+		}), false},
+	} {
+		if got := needsSync(base, tc.pod); got != tc.want {
+			t.Errorf("%s: needsSync %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	gated := base.DeepCopy()
+	gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}
+	set := gated.DeepCopy()
+	set.ResourceVersion = "2"
+	set.Status.Conditions = []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue}}
+	if !needsSync(gated, set) {
+		t.Error("a pod with a readiness gate whose condition was set: no sync")
+	}
+	if !needsSync(nil, base) {
+		t.Error("a new pod: no sync")
+	}
 }
