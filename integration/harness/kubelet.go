@@ -58,8 +58,9 @@ func (h *Harness) kubeletComponent(n Node, f *controlPlaneFiles) component {
 				"--cert-dir="+filepath.Join(dir, "pki"),
 				"--hostname-override="+n.Name,
 				// The node IP is the kubelet's own choice (the host's address, as
-				// unitlet's): the API server does not proxy to loopback addresses.
-				"--v=1")
+				// unitlet's): the API server does not proxy to loopback addresses. The
+				// log verbosity is the default, 0, as unitlet's (bench-pods compares).
+			)
 		},
 		ready: func(ctx context.Context) error { return h.kubeletReady(ctx, n.Name) },
 	}
