@@ -175,8 +175,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	d.SetHealthCheck(func(context.Context) error { return relistError(relister) })
 
-	// Relist: the runtime's state every second.
+	// Relist: the runtime's state every second (every 30 s while container events are followed).
 	d.Go("relist", relister.Run)
+	// Container events: a pod re-read the moment its containers change, where the runtime
+	// streams them.
+	if follow := followContainerEvents(kc, rt, relister, log.With("component", "relist")); follow != nil {
+		d.Go("container events", follow)
+	}
 	// Workers: one per pod.
 	d.Go("pod workers", workers.Run)
 	// Housekeeping: pods the runtime has and nobody wants.

@@ -220,6 +220,7 @@ const (
 	gateMemoryQoS                              = "MemoryQoS"
 	gateNodeLogQuery                           = "NodeLogQuery"
 	gateHostnameOverride                       = "HostnameOverride"
+	gateEventedPLEG                            = "EventedPLEG"
 )
 
 // gate is a feature gate's state in kubelet v1.36: its default, and whether it is locked
@@ -239,6 +240,7 @@ func knownGates() map[string]gate {
 		gateMemoryQoS:                              {def: false},
 		gateNodeLogQuery:                           {def: true, locked: true},
 		gateHostnameOverride:                       {def: true},
+		gateEventedPLEG:                            {def: false},
 	}
 }
 

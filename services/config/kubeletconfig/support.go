@@ -179,7 +179,7 @@ func Irrelevant(c *v1beta1.KubeletConfiguration) []string {
 
 // gatesFollowed are the feature gates unitlet honours at either value: each only decides
 // what unitlet does anyway (a field it refuses or does not use) or what it follows
-// (HostnameOverride). Any other gate must hold the kubelet's default.
+// (HostnameOverride, EventedPLEG). Any other gate must hold the kubelet's default.
 var gatesFollowed = []string{
 	gateCustomCPUCFSQuotaPeriod,                // off: cpuCFSQuotaPeriod stays 100ms, as unitlet's
 	gateRotateKubeletServerCertificate,         // off: serverTLSBootstrap is refused
@@ -188,6 +188,7 @@ var gatesFollowed = []string{
 	gateKubeletCrashLoopBackOffMax,             // off: crashLoopBackOff is refused
 	gateKubeletEnsureSecretPulledImages,        // podsync follows it
 	gateHostnameOverride,                       // podsync follows it
+	gateEventedPLEG,                            // podsync follows it (on unless set false, unlike the kubelet)
 }
 
 // Unsupported refuses the fields of c unitlet does not apply that hold a value it would

@@ -67,6 +67,17 @@ func TestFieldSupportIsComplete(t *testing.T) {
 			t.Errorf("README.md: %q, want it irrelevant: %s", row, irrelevant[name])
 		}
 	}
+	// The featureGates row names every gate unitlet follows at either value.
+	for _, line := range strings.Split(string(readme), "\n") {
+		if !strings.HasPrefix(line, "| `featureGates` |") {
+			continue
+		}
+		for _, gate := range gatesFollowed {
+			if !strings.Contains(line, "`"+gate+"`") {
+				t.Errorf("README.md: the featureGates row does not name %s, a gate unitlet follows", gate)
+			}
+		}
+	}
 	for _, name := range refusedUnlessDefault {
 		if !contains(jsonNames(), name) {
 			t.Errorf("%s is not a KubeletConfiguration field", name)

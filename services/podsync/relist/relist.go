@@ -1,7 +1,10 @@
 // Package relist keeps podsync's view of the runtime: every interval it lists the CRI
 // runtime's sandboxes and containers, groups them by pod, fetches the details of those that
-// changed, and tells podsync which pods changed. containerd 1.6 sends no container events,
-// so this is how podsync sees a container exit (the kubelet's PLEG, generic relist).
+// changed, and tells podsync which pods changed (the kubelet's PLEG, generic relist). Where
+// the runtime streams container events (containerd 1.7 and later), FollowEvents re-reads a
+// pod the moment one of its containers changes and the relist becomes a slower safety net
+// (the kubelet's evented PLEG); containerd 1.6 sends none, so there relisting every second
+// is how podsync sees a container exit.
 package relist
 
 import (
@@ -151,6 +154,13 @@ type Relister struct {
 	details  map[string]*Container // container details by ID, kept while the ID exists
 	sbIPs    map[string][]string   // sandbox IPs by sandbox ID and state
 	lastTick time.Time
+	// seq numbers each read of the runtime as it begins; readAt is the read that last set a
+	// pod from a container event, so that a read that began earlier (a slow relist, an
+	// older event's re-read) never replaces a newer view of the pod.
+	seq    uint64
+	readAt map[types.UID]uint64
+
+	events *eventFollower
 }
 
 // New returns a relister that lists rt every interval and calls changed with the pods whose
@@ -160,6 +170,7 @@ func New(rt Runtime, interval time.Duration, clk clock.WithTicker, reg prometheu
 		rt: rt, clk: clk, interval: interval, log: log, changed: changed,
 		pods: map[types.UID]*Pod{}, prints: map[types.UID]string{},
 		details: map[string]*Container{}, sbIPs: map[string][]string{},
+		readAt:  map[types.UID]uint64{},
 		started: clk.Now(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kubelet_pleg_relist_duration_seconds",
@@ -172,26 +183,45 @@ func New(rt Runtime, interval time.Duration, clk clock.WithTicker, reg prometheu
 			Buckets: []float64{0.5, 1, 1.5, 2, 3, 5, 10, 30},
 		}),
 	}
+	r.events = newEventFollower(reg)
 	if reg != nil {
 		reg.MustRegister(r.duration, r.interv)
 	}
 	return r
 }
 
-// Run relists every interval until ctx ends.
+// Run relists every interval (EventedInterval while container events are followed) until
+// ctx ends, and at once when events start or stop being followed.
 func (r *Relister) Run(ctx context.Context) error {
-	t := r.clk.NewTicker(r.interval)
+	t := r.clk.NewTimer(r.period())
 	defer t.Stop()
 	for {
 		if err := r.Relist(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("relist failed", "err", err)
 		}
+		t.Reset(r.period())
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
+		case <-r.events.relistNow:
+			if !t.Stop() {
+				// Drain a tick that fired meanwhile, so Reset starts a fresh period.
+				select {
+				case <-t.C():
+				default:
+				}
+			}
 		}
 	}
+}
+
+// period is how long the relist waits for the next one.
+func (r *Relister) period() time.Duration {
+	if r.events.inUse.Load() {
+		return r.events.interval
+	}
+	return r.interval
 }
 
 // Relist lists the runtime once, updates the view, and reports changed pods.
@@ -201,6 +231,7 @@ func (r *Relister) Relist(ctx context.Context) error {
 		r.interv.Observe(start.Sub(r.lastTick).Seconds())
 	}
 	r.lastTick = start
+	seq := r.nextSeq()
 	pods, err := r.list(ctx)
 	r.duration.Observe(r.clk.Since(start).Seconds())
 	r.mu.Lock()
@@ -209,10 +240,25 @@ func (r *Relister) Relist(ctx context.Context) error {
 		r.mu.Unlock()
 		return err
 	}
-	var changed []types.UID
 	prints := make(map[types.UID]string, len(pods))
 	for uid, p := range pods {
 		prints[uid] = fingerprint(p)
+	}
+	// A pod an event re-read after this relist began keeps that newer view.
+	for uid, at := range r.readAt {
+		if at < seq {
+			delete(r.readAt, uid)
+			continue
+		}
+		if p, ok := r.pods[uid]; ok {
+			pods[uid], prints[uid] = p, r.prints[uid]
+		} else {
+			delete(pods, uid)
+			delete(prints, uid)
+		}
+	}
+	var changed []types.UID
+	for uid := range pods {
 		if prints[uid] != r.prints[uid] {
 			changed = append(changed, uid)
 		}
@@ -235,12 +281,58 @@ func (r *Relister) Relist(ctx context.Context) error {
 // list builds the pods from the runtime, fetching the details of new or changed sandboxes
 // and containers.
 func (r *Relister) list(ctx context.Context) (map[types.UID]*Pod, error) {
-	pods, details, ips, err := collect(ctx, r.rt, r.log, "", r.details, r.sbIPs)
+	details, ips := r.caches()
+	pods, details, ips, err := collect(ctx, r.rt, r.log, "", details, ips)
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
 	r.details, r.sbIPs = details, ips
+	r.mu.Unlock()
 	return pods, nil
+}
+
+// caches are the details the last relist fetched. They are replaced, never changed, so a
+// reader may use them without the lock.
+func (r *Relister) caches() (map[string]*Container, map[string][]string) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.details, r.sbIPs
+}
+
+// nextSeq numbers a read of the runtime that begins now.
+func (r *Relister) nextSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	return r.seq
+}
+
+// refresh reads one pod afresh after a container event and, unless a read that began
+// later already set it, puts it in the view; it reports whether the pod changed.
+func (r *Relister) refresh(ctx context.Context, uid types.UID) (bool, error) {
+	seq := r.nextSeq()
+	details, ips := r.caches()
+	pods, _, _, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.readAt[uid] > seq {
+		return false, nil
+	}
+	r.readAt[uid] = seq
+	old, had := r.prints[uid]
+	p := pods[uid]
+	if p == nil {
+		delete(r.pods, uid)
+		delete(r.prints, uid)
+		return had, nil
+	}
+	print := fingerprint(p)
+	r.pods[uid], r.prints[uid] = p, print
+	return !had || old != print, nil
 }
 
 // Inspect asks the runtime afresh for everything of one pod (nil when it has nothing):

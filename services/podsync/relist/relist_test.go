@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -30,6 +31,9 @@ type memRuntime struct {
 	sbStatus     map[string]int // PodSandboxStatus calls by sandbox ID
 	listFilters  []map[string]string
 	ctrListCalls int
+	// listedHook, when set, runs after ListContainers has taken its answer and before it
+	// returns it (without the lock), with the call's label selector.
+	listedHook func(sel map[string]string)
 }
 
 func newMemRuntime() *memRuntime {
@@ -84,13 +88,18 @@ func (f *memRuntime) PodSandboxStatus(_ context.Context, in *runtimeapi.PodSandb
 
 func (f *memRuntime) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.ctrListCalls++
 	out := []*runtimeapi.Container{}
 	for _, c := range f.containers {
 		if selected(in.GetFilter().GetLabelSelector(), c.Labels) {
-			out = append(out, c)
+			// A copy: the answer is the runtime as it was when listed.
+			out = append(out, proto.Clone(c).(*runtimeapi.Container))
 		}
+	}
+	hook := f.listedHook
+	f.mu.Unlock()
+	if hook != nil {
+		hook(in.GetFilter().GetLabelSelector())
 	}
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }

@@ -1,0 +1,28 @@
+package podsync
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// Container events are followed unless the EventedPLEG feature gate is set false.
+func TestFollowContainerEventsFollowsTheGate(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		gates  map[string]bool
+		follow bool
+	}{
+		{nil, true},
+		{map[string]bool{gateEventedPLEG: true}, true},
+		{map[string]bool{gateEventedPLEG: false}, false},
+		{map[string]bool{"HostnameOverride": false}, true},
+	} {
+		kc := &kubeletv1beta1.KubeletConfiguration{FeatureGates: tc.gates}
+		if got := followContainerEvents(kc, nil, nil, log) != nil; got != tc.follow {
+			t.Errorf("featureGates %v: follows events %v, want %v", tc.gates, got, tc.follow)
+		}
+	}
+}
