@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	tokens, forgetTokens := newTokens(client, clk, log)
 	m := NewManager(ManagerOptions{
 		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),
-		Payloads: &apiPayloads{client: client, tokens: tokens, allocatable: node.Status.Allocatable},
+		Payloads: &apiPayloads{client: client, objects: objects{client: client}, tokens: tokens, allocatable: node.Status.Allocatable},
 		Memory:   node.Status.Allocatable.Memory(),
 		Released: forgetTokens,
 		Clock:    clk,

@@ -142,7 +142,7 @@ var notSupported = map[string]unsupported{
 	"iptablesMasqueradeBit":                     {why: "unitlet makes no iptables chains"},
 	"iptablesDropBit":                           {why: "unitlet makes no iptables chains"},
 	"memorySwap":                                {why: "containers get no swap (the kubelet's NoSwap)"},
-	"configMapAndSecretChangeDetectionStrategy": {why: "unitlet-volumes always watches the configMaps and secrets its pods use"},
+	"configMapAndSecretChangeDetectionStrategy": {why: "unitlet-volumes reads the configMaps and secrets its pods use at each pod start and again every syncFrequency (the kubelet's Get strategy), whatever the field says"},
 	"showHiddenMetricsForVersion":               {why: "unitlet has no hidden metrics"},
 	"logging":                                   {why: "each service logs text to the journal; set UNITLET_LOG_LEVEL in its unit to change the level"},
 	"shutdownGracePeriod":                       {why: "graceful node shutdown is not implemented yet: pods are not stopped before the machine shuts down"},
