@@ -120,7 +120,7 @@ func (h *Harness) prepareKubelet(n Node, f *controlPlaneFiles, bin string) (stri
 // kubeletConfig is node n's KubeletConfiguration: the kubelet's defaults but for what a
 // cgroup-v1 host without systemd needs and what keeps it inside the stack.
 func kubeletConfig(n Node, caFile, endpoint, podLogs string) string {
-	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Written by unitlet-harness for node %s.
 clusterDomain: cluster.local
@@ -157,6 +157,11 @@ podLogsDir: %s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 `, n.Name, caFile, kubeletPort, kubeletHealthzPort, endpoint, podLogs)
+	// As on unitlet's nodes (nodeConfig): the stack file's maxPods.
+	if n.MaxPods != 0 {
+		cfg += fmt.Sprintf("maxPods: %d\n", n.MaxPods)
+	}
+	return cfg
 }
 
 // kernelTunables are the sysctls the kubelet sets at start (unless protectKernelDefaults,
