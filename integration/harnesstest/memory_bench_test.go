@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -73,19 +74,31 @@ func BenchmarkMemory(b *testing.B) {
 	printMemory(services, unitlet, kubelet)
 }
 
-// memSample is a node agent's memory at one count of running pods.
+// memSample is a node agent's memory at one count of running pods: by unitlet service,
+// or the kubelet's under "kubelet".
 type memSample struct {
-	pods int
-	// rss is by service for unitlet; the kubelet's is under "kubelet".
-	rss map[string]float64
-	// heap is each service's Go heap in use, by service; unitlet only.
-	heap map[string]float64
+	pods  int
+	procs map[string]memUse
 }
 
-func (s memSample) total() float64 {
-	var sum float64
-	for _, v := range s.rss {
-		sum += v
+// memUse is one process's memory: what /proc/<pid>/status says it has resident, and for
+// a unitlet service, what its Go runtime says of it.
+type memUse struct {
+	// rss is VmRSS: file, the binary's pages mapped in (RssFile), and the rest, anonymous.
+	rss, file float64
+	// heap is the Go heap in use (go_memstats_heap_inuse_bytes); heapFree the heap's
+	// free spans not yet given back to the kernel (heap_idle - heap_released); stacks the
+	// goroutine stacks (go_memstats_stack_inuse_bytes).
+	heap, heapFree, stacks float64
+}
+
+func (s memSample) total() (sum memUse) {
+	for _, u := range s.procs {
+		sum.rss += u.rss
+		sum.file += u.file
+		sum.heap += u.heap
+		sum.heapFree += u.heapFree
+		sum.stacks += u.stacks
 	}
 	return sum
 }
@@ -108,33 +121,36 @@ func memRounds(b *testing.B, agent, node string, services []string) []memSample 
 			b.Fatal(err)
 		}
 		all = append(all, names...)
-		if _, err := w.waitRunning(all, 15*time.Minute); err != nil {
+		_, err := w.waitRunning(all, 15*time.Minute)
+		if err != nil {
 			b.Fatalf("%s, %d pods: %v\n%s", agent, n, err, stack.Logs(30))
 		}
 		time.Sleep(memSettle)
-		s := memSample{pods: n, rss: map[string]float64{}, heap: map[string]float64{}}
+		s := memSample{pods: n, procs: map[string]memUse{}}
 		if services == nil {
-			u, err := readProcUsage(stack.NodeAgentPIDs(node))
-			if err != nil {
+			pids := stack.NodeAgentPIDs(node)
+			if len(pids) != 1 {
+				b.Fatalf("%s on %s: processes %v, want one", agent, node, pids)
+			}
+			if s.procs[agent], err = procMemory(pids[0]); err != nil {
 				b.Fatalf("%s on %s: %v", agent, node, err)
 			}
-			s.rss[agent] = u.rssBytes
 		}
 		for _, svc := range services {
 			pid, err := stack.ServicePID(node, svc)
 			if err != nil {
 				b.Fatal(err)
 			}
-			u, err := readProcUsage([]int{pid})
+			u, err := procMemory(pid)
 			if err != nil {
 				b.Fatalf("unitlet-%s: %v", svc, err)
 			}
-			s.rss[svc] = u.rssBytes
-			if s.heap[svc], err = heapInuse(ctx, node, svc); err != nil {
+			if err := goMemory(ctx, node, svc, &u); err != nil {
 				b.Fatal(err)
 			}
+			s.procs[svc] = u
 		}
-		fmt.Printf("%s, %d pods: RSS %.1f MiB\n", agent, n, s.total()/(1<<20))
+		fmt.Printf("%s, %d pods: RSS %.1f MiB\n", agent, n, s.total().rss/(1<<20))
 		out = append(out, s)
 	}
 	if err := deleteAtOnce(ctx, c, all, metav1.DeleteOptions{}); err != nil {
@@ -159,33 +175,65 @@ func benchWatch(b *testing.B, node string) (kubernetes.Interface, *podWatch) {
 	return c, w
 }
 
-// heapInuse is go_memstats_heap_inuse_bytes of a unitlet service, from its own registry
-// over the bus.
-func heapInuse(ctx context.Context, node, svc string) (float64, error) {
+// procMemory reads VmRSS and RssFile of a process from /proc/<pid>/status.
+func procMemory(pid int) (memUse, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return memUse{}, err
+	}
+	var u memUse
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			u.rss = kb * 1024
+		case "RssFile:":
+			u.file = kb * 1024
+		}
+	}
+	return u, nil
+}
+
+// goMemory fills in the Go runtime's figures of a unitlet service, from its own registry
+// over the bus (GetMetrics).
+func goMemory(ctx context.Context, node, svc string, u *memUse) error {
 	conn, err := bus.Dial(stack.NodeSocketDir(node), svc)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := daemonv1.NewDaemonServiceClient(conn).GetMetrics(ctx, &daemonv1.GetMetricsRequest{})
 	if err != nil {
-		return 0, fmt.Errorf("unitlet-%s GetMetrics: %w", svc, err)
+		return fmt.Errorf("unitlet-%s GetMetrics: %w", svc, err)
 	}
 	fams, err := daemon.DecodeMetricFamilies(resp.GetMetricFamilies())
 	if err != nil {
-		return 0, fmt.Errorf("unitlet-%s: %w", svc, err)
+		return fmt.Errorf("unitlet-%s: %w", svc, err)
 	}
+	gauge := map[string]float64{}
 	for _, f := range fams {
-		if f.GetName() == "go_memstats_heap_inuse_bytes" && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue(), nil
+		if strings.HasPrefix(f.GetName(), "go_memstats_") && len(f.GetMetric()) == 1 {
+			gauge[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
-	return 0, fmt.Errorf("unitlet-%s exports no go_memstats_heap_inuse_bytes", svc)
+	for _, name := range []string{"heap_inuse", "heap_idle", "heap_released", "stack_inuse"} {
+		if _, ok := gauge["go_memstats_"+name+"_bytes"]; !ok {
+			return fmt.Errorf("unitlet-%s exports no go_memstats_%s_bytes", svc, name)
+		}
+	}
+	u.heap = gauge["go_memstats_heap_inuse_bytes"]
+	u.heapFree = gauge["go_memstats_heap_idle_bytes"] - gauge["go_memstats_heap_released_bytes"]
+	u.stacks = gauge["go_memstats_stack_inuse_bytes"]
+	return nil
 }
 
-// printMemory writes the table, then the ratios line last.
+// printMemory writes the table, then what the RSS is made of, then the ratios line last.
 func printMemory(services []string, unitlet, kubelet []memSample) {
 	mib := func(v float64) string { return fmt.Sprintf("%.1f", v/(1<<20)) }
 	fmt.Println()
@@ -196,19 +244,37 @@ func printMemory(services []string, unitlet, kubelet []memSample) {
 	var ratios []string
 	for i, u := range unitlet {
 		row := []string{fmt.Sprint(u.pods)}
-		var heap float64
 		for _, svc := range services {
-			row = append(row, fmt.Sprintf("%s (%s)", mib(u.rss[svc]), mib(u.heap[svc])))
-			heap += u.heap[svc]
+			row = append(row, fmt.Sprintf("%s (%s)", mib(u.procs[svc].rss), mib(u.procs[svc].heap)))
 		}
 		k, ratio := "n/a", "n/a"
-		if i < len(kubelet) && kubelet[i].total() > 0 {
-			k = mib(kubelet[i].total())
-			ratio = fmt.Sprintf("%.2f", u.total()/kubelet[i].total())
+		if i < len(kubelet) && kubelet[i].total().rss > 0 {
+			k = mib(kubelet[i].total().rss)
+			ratio = fmt.Sprintf("%.2f", u.total().rss/kubelet[i].total().rss)
 		}
-		row = append(row, mib(u.total()), mib(heap), k, ratio)
+		row = append(row, mib(u.total().rss), mib(u.total().heap), k, ratio)
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 		ratios = append(ratios, fmt.Sprintf("%d=%s", u.pods, ratio))
+	}
+	tw.Flush()
+
+	fmt.Println()
+	fmt.Println("== what the RSS is: MiB of the binary's pages (file), Go heap in use, free heap not yet returned, goroutine stacks, the rest (runtime, C, unaccounted)")
+	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "pods\tprocess\tRSS\tfile\theap\tfree heap\tstacks\trest\t")
+	for i, u := range unitlet {
+		line := func(name string, m memUse) {
+			rest := m.rss - m.file - m.heap - m.heapFree - m.stacks
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", u.pods, name, mib(m.rss), mib(m.file), mib(m.heap), mib(m.heapFree), mib(m.stacks), mib(rest))
+		}
+		for _, svc := range services {
+			line(svc, u.procs[svc])
+		}
+		line("unitlet sum", u.total())
+		if i < len(kubelet) {
+			k := kubelet[i].total()
+			fmt.Fprintf(tw, "%d\tkubelet\t%s\t%s\t\t\t\t\t\n", u.pods, mib(k.rss), mib(k.file))
+		}
 	}
 	tw.Flush()
 	fmt.Printf("rss ratio unitlet/kubelet: %s\n", strings.Join(ratios, " "))
