@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // WatchAPI watches the pods bound to nodeName (field selector spec.nodeName) through an
@@ -26,7 +28,8 @@ func WatchAPI(ctx context.Context, client kubernetes.Interface, nodeName string,
 	log = log.With("source", SourceAPI)
 	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
+		informers.WithTransform(kube.DropManagedFields))
 	informer := factory.Core().V1().Pods().Informer()
 
 	changed := make(chan struct{}, 1)
