@@ -277,5 +277,14 @@ func printMemory(services []string, unitlet, kubelet []memSample) {
 		}
 	}
 	tw.Flush()
+	// The binaries' pages are the page cache's, reclaimable; the rest is the processes' own.
+	var anon []string
+	for i, u := range unitlet {
+		if i < len(kubelet) {
+			k := kubelet[i].total()
+			anon = append(anon, fmt.Sprintf("%d=%.2f", u.pods, (u.total().rss-u.total().file)/(k.rss-k.file)))
+		}
+	}
+	fmt.Printf("anonymous (RSS less file pages) ratio unitlet/kubelet: %s\n", strings.Join(anon, " "))
 	fmt.Printf("rss ratio unitlet/kubelet: %s\n", strings.Join(ratios, " "))
 }
