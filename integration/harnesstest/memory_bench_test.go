@@ -33,7 +33,9 @@ const memSettle = 20 * time.Second
 // integration/stacks/bench-pods.yaml, which `make bench-memory` names in UNITLET_STACK)
 // at 0, 30, 100 and 250 running busybox pods: per service its RSS and its Go heap in use
 // (go_memstats_heap_inuse_bytes, read over the bus with GetMetrics), then their sum, and
-// the kubelet's RSS. The last line is the ratio of the sums to the kubelet's.
+// the kubelet's RSS; then what each RSS is made of. Before each measure the agent's
+// /metrics is scraped through the API server, as a cluster's Prometheus would. The last
+// line is the ratio of the sums to the kubelet's.
 //
 // The two agents share the stack's containerd and each stops pods it did not start, so
 // they take turns, as in BenchmarkPodsVsKubelet: unitlet's counts first with the kubelet
@@ -126,6 +128,12 @@ func memRounds(b *testing.B, agent, node string, services []string) []memSample 
 			b.Fatalf("%s, %d pods: %v\n%s", agent, n, err, stack.Logs(30))
 		}
 		time.Sleep(memSettle)
+		// As Prometheus would, before each measure: a node's scraped /metrics is part of
+		// what it runs, and so the agents are measured alike (unitlet-status gathers every
+		// service's registry over the bus, as goMemory below does).
+		if err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + node + "/proxy/metrics").Do(ctx).Error(); err != nil {
+			b.Fatalf("%s, %d pods: scrape /metrics: %v", agent, n, err)
+		}
 		s := memSample{pods: n, procs: map[string]memUse{}}
 		if services == nil {
 			pids := stack.NodeAgentPIDs(node)
@@ -141,13 +149,15 @@ func memRounds(b *testing.B, agent, node string, services []string) []memSample 
 			if err != nil {
 				b.Fatal(err)
 			}
-			u, err := procMemory(pid)
-			if err != nil {
-				b.Fatalf("unitlet-%s: %v", svc, err)
-			}
+			var u memUse
 			if err := goMemory(ctx, node, svc, &u); err != nil {
 				b.Fatal(err)
 			}
+			m, err := procMemory(pid)
+			if err != nil {
+				b.Fatalf("unitlet-%s: %v", svc, err)
+			}
+			u.rss, u.file = m.rss, m.file
 			s.procs[svc] = u
 		}
 		fmt.Printf("%s, %d pods: RSS %.1f MiB\n", agent, n, s.total().rss/(1<<20))
