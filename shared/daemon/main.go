@@ -68,6 +68,7 @@ func Main[C Config](ctx context.Context, cmd Command[C], args, environ []string,
 		return ExitBadConfig
 	}
 	setMemoryLimit(log, memlimit.FromCgroup)
+	setGCPercent()
 	if err := cmd.Run(ctx, cfg, log); err != nil {
 		var restart *RestartError
 		if errors.As(err, &restart) {

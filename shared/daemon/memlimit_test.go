@@ -53,3 +53,18 @@ func TestSetMemoryLimitLeavesAnExplicitGOMEMLIMIT(t *testing.T) {
 		t.Fatalf("soft limit %d with GOMEMLIMIT=50MiB, want the variable's %d", got, 50<<20)
 	}
 }
+
+func TestSetGCPercentUnlessGOGC(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	unsetEnv(t, "GOGC")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("GOGC %d without the variable, want %d", got, gcPercent)
+	}
+	t.Setenv("GOGC", "100")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC %d with GOGC=100 set, want the variable's", got)
+	}
+}
