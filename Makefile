@@ -23,7 +23,9 @@ PROTO_PATH := $(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$(PATH)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X github.com/unitlet/unitlet/shared/version.Version=$(VERSION) \
+# -s -w: no symbol table and no DWARF (a third of each binary; panics still print their
+# stacks from the pclntab, which stays). The version is stamped with -X.
+LDFLAGS := -s -w -X github.com/unitlet/unitlet/shared/version.Version=$(VERSION) \
 	-X github.com/unitlet/unitlet/shared/version.GitCommit=$(COMMIT)
 
 # Every module of the workspace, as package patterns.
@@ -31,7 +33,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -91,7 +93,7 @@ down: build
 
 ## bench: the bus round trip over a Unix socket (unary call and watch event, p50/p99 in µs),
 ## then pod start on the harness (bench-podsync), then unitlet against the kubelet (bench-pods)
-bench: bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics
+bench: bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics
 
 bench-bus:
 	@mkdir -p $(CACHE)
@@ -107,6 +109,14 @@ bench-podsync: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkPodStart -benchtime=1x -count=1 -timeout=30m ./integration/harnesstest/ | tee $(CACHE)/bench-podsync.log
 	@echo; echo "pod start on unitlet-podsync (compare: ../shared/ENVIRONMENT.md, kubelet figures):"; \
 	awk '/^BenchmarkPodStart/ { line=$$1; for (i=3; i<NF; i+=2) line=line "  " $$(i+1) "=" $$i; print "  " line }' $(CACHE)/bench-podsync.log
+
+## bench-memory: the resident memory of every unitlet service (and its Go heap in use) and of
+## the real kubelet on the bench-pods stack at 0, 30, 100 and 250 running pods; the table,
+## then the ratios of unitlet's summed RSS to the kubelet's
+bench-memory: build harness-binaries
+	@mkdir -p $(CACHE)
+	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkMemory -benchtime=1x -count=1 -timeout=60m ./integration/harnesstest/ | tee $(CACHE)/bench-memory.log
+	@echo; sed -n '/^== memory/,/^rss ratio unitlet\/kubelet:/p' $(CACHE)/bench-memory.log
 
 ## bench-pods: unitlet, the real kubelet (built once into the cache) and the runtime alone
 ## (the floor: sandbox + container straight through CRI) side by side on one harness stack

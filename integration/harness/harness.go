@@ -475,7 +475,8 @@ func (h *Harness) buildUnitlet() error {
 		}
 		return nil
 	}
-	// Stamped with the checkout's version as `make build` does, so unitletctl status shows it.
+	// Stripped and stamped with the checkout's version as `make build` does, so unitletctl
+	// status shows it.
 	git := func(args ...string) string {
 		out, err := exec.Command("git", append([]string{"-C", h.repo}, args...)...).Output()
 		if err != nil {
@@ -483,9 +484,9 @@ func (h *Harness) buildUnitlet() error {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	ldflags := ""
+	ldflags := "-s -w"
 	if v := git("describe", "--tags", "--always", "--dirty"); v != "" {
-		ldflags = "-X github.com/unitlet/unitlet/shared/version.Version=" + v +
+		ldflags += " -X github.com/unitlet/unitlet/shared/version.Version=" + v +
 			" -X github.com/unitlet/unitlet/shared/version.GitCommit=" + git("rev-parse", "HEAD")
 	}
 	args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", h.binDir() + "/"}

@@ -84,12 +84,7 @@ func BenchmarkMetricsScrapeVsKubelet(b *testing.B) {
 func scrapeAt100Pods(b *testing.B, agent, node string) []scrapeResult {
 	b.Helper()
 	ctx := context.Background()
-	c := benchClient(b)
-	w, err := watchNodePods(ctx, c, node)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	c, w := benchWatch(b, node)
 	names := podNames("scrape-"+agent, 100)
 	for _, name := range names {
 		p := vsPod(node, name)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -69,7 +70,8 @@ func newNodeView(local *corev1.Node, client kubernetes.Interface, log *slog.Logg
 	// The node authorizer lets a node list and watch only its own Node, by this selector.
 	byName := fields.OneTermEqualSelector(metav1.ObjectNameField, local.Name).String()
 	v.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = byName }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = byName }),
+		informers.WithTransform(kube.DropManagedFields))
 	nodes := v.factory.Core().V1().Nodes()
 	informer := nodes.Informer()
 	// Before Start, as client-go requires: the informer retries by itself; say that

@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // runtimeClasses is the node's cache of the cluster's RuntimeClasses (node.k8s.io/v1), for
@@ -21,7 +23,7 @@ type runtimeClasses struct {
 }
 
 func newRuntimeClasses(client kubernetes.Interface) *runtimeClasses {
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(kube.DropManagedFields))
 	classes := factory.Node().V1().RuntimeClasses()
 	return &runtimeClasses{factory: factory, lister: classes.Lister(), synced: classes.Informer().HasSynced}
 }

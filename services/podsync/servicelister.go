@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // serviceLister is the node's cache of the cluster's services, every namespace, for the
@@ -25,7 +27,8 @@ type serviceLister struct {
 func newServiceLister(client kubernetes.Interface) *serviceLister {
 	notHeadless := fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = notHeadless }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = notHeadless }),
+		informers.WithTransform(kube.DropManagedFields))
 	services := factory.Core().V1().Services()
 	return &serviceLister{factory: factory, lister: services.Lister(), synced: services.Informer().HasSynced}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/pflag"
 
 	"github.com/unitlet/unitlet/shared/envconfig"
@@ -66,6 +67,8 @@ func Main[C Config](ctx context.Context, cmd Command[C], args, environ []string,
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitBadConfig
 	}
+	setMemoryLimit(log, memlimit.FromCgroup)
+	setGCPercent()
 	if err := cmd.Run(ctx, cfg, log); err != nil {
 		var restart *RestartError
 		if errors.As(err, &restart) {

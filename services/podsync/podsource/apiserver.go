@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // WatchAPI watches the pods bound to nodeName (field selector spec.nodeName) through an
@@ -26,7 +28,8 @@ func WatchAPI(ctx context.Context, client kubernetes.Interface, nodeName string,
 	log = log.With("source", SourceAPI)
 	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
+		informers.WithTransform(kube.DropManagedFields))
 	informer := factory.Core().V1().Pods().Informer()
 
 	changed := make(chan struct{}, 1)
@@ -52,7 +55,7 @@ func WatchAPI(ctx context.Context, client kubernetes.Interface, nodeName string,
 	}
 	log.Info("pod informer synced", "node", nodeName)
 
-	a := &apiSets{sink: sink, mirrors: mirrors, seen: map[types.UID]string{}}
+	a := &apiSets{sink: sink, mirrors: mirrors, seen: map[types.UID]string{}, copies: map[types.UID]*corev1.Pod{}}
 	for {
 		a.publish(informer.GetStore().List(), time.Now())
 		select {
@@ -67,10 +70,15 @@ type apiSets struct {
 	sink    Sink
 	mirrors MirrorSink
 	seen    map[types.UID]string // first-seen time of each pod, by UID
+	// copies are the pods last sent, by UID: a pod whose resourceVersion has not changed
+	// since is sent again as the same object, so that a change of one pod copies that pod,
+	// not every pod of the node.
+	copies map[types.UID]*corev1.Pod
 }
 
 // publish splits the informer's pods into mirror pods and desired pods and sends both sets.
-// The cache's objects are copied, never changed.
+// The cache's objects are copied, never changed; the sets' pods are the sinks' to read,
+// never to change.
 func (a *apiSets) publish(objs []any, now time.Time) {
 	cached := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -85,8 +93,21 @@ func (a *apiSets) publish(objs []any, now time.Time) {
 	desired := []*corev1.Pod{}
 	mirrorPods := []*corev1.Pod{}
 	seen := make(map[types.UID]string, len(cached))
+	copies := make(map[types.UID]*corev1.Pod, len(cached))
+	defer func() { a.copies = copies }()
 	for _, p := range cached {
+		if c, ok := a.copies[p.UID]; ok && p.ResourceVersion != "" && c.ResourceVersion == p.ResourceVersion {
+			copies[p.UID] = c
+			if _, mirror := c.Annotations[AnnotationConfigMirror]; mirror {
+				mirrorPods = append(mirrorPods, c)
+			} else {
+				seen[p.UID] = a.seen[p.UID]
+				desired = append(desired, c)
+			}
+			continue
+		}
 		p = p.DeepCopy()
+		copies[p.UID] = p
 		if _, ok := p.Annotations[AnnotationConfigMirror]; ok {
 			mirrorPods = append(mirrorPods, p)
 			continue

@@ -96,3 +96,46 @@ func TestWatchAPI(t *testing.T) {
 	sinks.desired.waitFor(t, 5*time.Second, "web deleted", namesAre("default/db"))
 	sinks.mirrors.waitFor(t, 5*time.Second, "mirror deleted", namesAre("default/proxy-node-1"))
 }
+
+// A pod whose resourceVersion has not changed is sent again as the same object, with its
+// annotations as first sent; a changed pod is a new copy; the informer's object is never
+// changed.
+func TestPublishCopiesOnlyChangedPods(t *testing.T) {
+	sinks := splitSink{desired: newRecordingSink(), mirrors: newRecordingSink()}
+	a := &apiSets{sink: sinks.desired, mirrors: sinks.mirrors, seen: map[types.UID]string{}, copies: map[types.UID]*corev1.Pod{}}
+	web, db, mirror := apiPod("web", false), apiPod("db", false), apiPod("etcd-node-1", true)
+	web.ResourceVersion, db.ResourceVersion, mirror.ResourceVersion = "1", "2", "3"
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a.publish([]any{web, db, mirror}, t0)
+
+	db2 := db.DeepCopy()
+	db2.ResourceVersion, db2.Labels = "4", map[string]string{"changed": "yes"}
+	a.publish([]any{web, db2, mirror}, t0.Add(time.Minute))
+
+	sets := sinks.desired.sets
+	byName := func(set []*corev1.Pod, name string) *corev1.Pod {
+		for _, p := range set {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("no pod %s in %v", name, podNames(set))
+		return nil
+	}
+	if byName(sets[0], "web") != byName(sets[1], "web") {
+		t.Error("unchanged pod web was copied again")
+	}
+	if byName(sets[1], "web") == web || web.Annotations != nil {
+		t.Error("the informer's pod web was sent or changed")
+	}
+	got := byName(sets[1], "db")
+	if got == byName(sets[0], "db") || got.Labels["changed"] != "yes" {
+		t.Errorf("changed pod db not sent as a new copy: labels %v", got.Labels)
+	}
+	if seen := got.Annotations[AnnotationConfigSeen]; seen != t0.Format(time.RFC3339Nano) {
+		t.Errorf("db config.seen = %q after its change, want the first sight %s", seen, t0.Format(time.RFC3339Nano))
+	}
+	if m := sinks.mirrors.sets; m[0][0] != m[1][0] {
+		t.Error("unchanged mirror pod was copied again")
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
@@ -16,7 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -62,7 +63,7 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 	}
 	if webhookAuthn && client != nil {
 		cfg.TokenAccessReviewClient = client.AuthenticationV1()
-		cfg.WebhookRetryBackoff = genericoptions.DefaultAuthWebhookRetryBackoff()
+		cfg.WebhookRetryBackoff = webhookRetryBackoff()
 	}
 	if !anonymous && cfg.ClientCertificateCAContentProvider == nil && cfg.TokenAccessReviewClient == nil {
 		// Nothing can authenticate (a standalone node without a client CA or anonymous
@@ -86,7 +87,7 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 			SubjectAccessReviewClient: client.AuthorizationV1(),
 			AllowCacheTTL:             authz.Webhook.CacheAuthorizedTTL.Duration,
 			DenyCacheTTL:              authz.Webhook.CacheUnauthorizedTTL.Duration,
-			WebhookRetryBackoff:       genericoptions.DefaultAuthWebhookRetryBackoff(),
+			WebhookRetryBackoff:       webhookRetryBackoff(),
 		}.New()
 		if err != nil {
 			return nil, fmt.Errorf("build webhook authorizer: %w", err)
@@ -96,6 +97,16 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 		return nil, fmt.Errorf("unknown authorization mode %q", mode)
 	}
 	return a, nil
+}
+
+// webhookRetryBackoff is how TokenReviews and SubjectAccessReviews are retried: the
+// generic API server's default for delegated authentication and authorization
+// (DefaultAuthWebhookRetryBackoff of k8s.io/apiserver/pkg/server/options), which the
+// kubelet uses. Not imported from there: that package brings the whole generic API server
+// (etcd's client, CEL, about 480 packages more) into the binary, and their init into its
+// memory, for these four numbers.
+func webhookRetryBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 }
 
 // run keeps the client CA bundle current until ctx is done.

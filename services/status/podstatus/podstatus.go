@@ -32,6 +32,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // SourceAPI is podsync's source name for pods from the API server; "file" and "http" are
@@ -196,7 +197,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(m.o.Client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", m.o.NodeName).String()
-		}))
+		}),
+		informers.WithTransform(kube.DropManagedFields))
 	pods := factory.Core().V1().Pods()
 	inf := pods.Informer()
 	m.lister = pods.Lister()
