@@ -230,16 +230,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Add(func() error { return d.watchHealth(ctx) }, func(error) { cancel() })
 	}
 
-	// Start-up pages: once start-up is over, the binary's pages that only package init and
-	// start-up touched leave the RSS (startuppages_linux.go).
-	{
-		ctx, cancel := context.WithCancel(ctx)
-		g.Add(func() error {
-			d.releaseStartupPagesAfter(ctx, startupPagesDelay)
-			return nil
-		}, func(error) { cancel() })
-	}
-
 	// The service's own loops.
 	for _, l := range d.loops {
 		ctx, cancel := context.WithCancel(ctx)
