@@ -63,10 +63,11 @@ test-integration: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$') ./systemd/...
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
-## probes, hooks, init and sidecar containers, restart policies, termination, exec, logs,
-## attach, RuntimeClass handlers) again on containerd 2.x: integration/stacks/containerd2.yaml,
-## containerd built from its module into the cache by harness-binaries (~7 min)
-CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestPodSpecTerminationMessages|TestRuntimeClassHandlerAndOverhead|TestPodspecKubectlDebugAttach
+## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
+## security context, sysctls, exec, logs, attach, RuntimeClass handlers, volumes, CRI stats)
+## again on containerd 2.x: integration/stacks/containerd2.yaml, containerd built from its
+## module into the cache by harness-binaries (~5 min)
+CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
 test-containerd2: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 
