@@ -8,12 +8,14 @@ import (
 )
 
 func TestLoadStackRuntimeVersion(t *testing.T) {
-	s, err := LoadStack(filepath.Join("..", "stacks", "containerd2.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Runtime.Kind != "containerd" || s.Runtime.Version != Containerd2 {
-		t.Errorf("containerd2.yaml runtime %+v, want containerd version %q", s.Runtime, Containerd2)
+	for _, f := range []string{"containerd2.yaml", "bench-pods-containerd2.yaml"} {
+		s, err := LoadStack(filepath.Join("..", "stacks", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Runtime.Kind != "containerd" || s.Runtime.Version != Containerd2 {
+			t.Errorf("%s runtime %+v, want containerd version %q", f, s.Runtime, Containerd2)
+		}
 	}
 	dir := t.TempDir()
 	for body, want := range map[string]string{
