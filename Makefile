@@ -31,7 +31,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration test-containerd2 test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics fuzz run clean tools
+.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -68,6 +68,7 @@ test-integration: build harness-binaries
 ## again on containerd 2.x: integration/stacks/containerd2.yaml, containerd built from its
 ## module into the cache by harness-binaries (~5 min)
 CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
+.PHONY: test-containerd2
 test-containerd2: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 
