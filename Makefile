@@ -48,7 +48,7 @@ build:
 ## test: everything — generated code, lint, unit tests, integration tests, the vm node.
 ## The integration and vm suites run one after the other: side by side on two cores the
 ## emulated vm starves (its systemd stopped answering within the checks' deadlines).
-test: prereqs proto-check lint test-unit test-integration test-vm
+test: prereqs proto-check lint test-unit test-integration test-containerd2 test-vm
 	@echo "make test: all passed"
 
 ## test-unit: the fast tests of every module, with the race detector. Some (tmpfs mounts,
@@ -64,15 +64,26 @@ test-unit:
 test-integration: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$') ./systemd/...
 
+## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
+## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
+## security context, sysctls, exec, logs, attach, RuntimeClass handlers, volumes, CRI stats)
+## again on containerd 2.x: integration/stacks/containerd2.yaml, containerd built from its
+## module into the cache by harness-binaries (~5 min)
+CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
+.PHONY: test-containerd2
+test-containerd2: build harness-binaries
+	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
+
 ## test-vm: unitlet in a qemu virtual machine (integration/stacks/vm-node.yaml; its tree and
 ## disk image cached in ~/.cache/unitlet): the units' limits in their cgroups, an OOM kill of
 ## one service, a pod from the API server; prints boot-to-Ready and boot-to-first-pod
 test-vm: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 
-## harness-binaries: etcd and the Kubernetes control plane, built from the pinned modules
-## in integration/tools into the cache (~/.cache/unitlet) unless already there. The
-## harness is the one `make build` made: unitlet is compiled once, with one set of flags.
+## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
+## containerd 2.x, built from the pinned modules in integration/tools into the cache
+## (~/.cache/unitlet) unless already there. The harness is the one `make build` made:
+## unitlet is compiled once, with one set of flags.
 harness-binaries: build
 	$(BIN)/unitlet-harness build
 

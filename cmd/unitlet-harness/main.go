@@ -88,6 +88,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			_, err = harness.EnsureMetricsServerBinary(repo, stdout)
 		}
+		if err == nil {
+			_, err = harness.EnsureContainerd(repo, stdout)
+		}
 	case "down":
 		err = h.Down()
 	case "status":

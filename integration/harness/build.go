@@ -15,6 +15,9 @@ import (
 const (
 	KubernetesVersion = "v1.36.3"
 	EtcdVersion       = "v3.5.21"
+	// ContainerdVersion is the containerd a stack's runtime version "2" runs, built from
+	// integration/tools/containerd; version "1.6" (the default) is Debian's package.
+	ContainerdVersion = "v2.4.2"
 )
 
 // CacheDir is where built binaries are kept across runs and clones: $UNITLET_CACHE, else
@@ -86,6 +89,44 @@ func EnsureKubelet(repo string, out io.Writer) (string, error) {
 	return bin, nil
 }
 
+// Containerd is a containerd built from its module: the daemon, its runc shim and ctr.
+type Containerd struct {
+	Dir, Containerd, Shim, Ctr string
+}
+
+// EnsureContainerd builds containerd ContainerdVersion from repo's
+// integration/tools/containerd into the cache unless it is there. runc stays the machine's
+// (Debian's package), as a containerd release leaves runc to the distribution.
+func EnsureContainerd(repo string, out io.Writer) (*Containerd, error) {
+	dir := Containerd2Dir()
+	c := &Containerd{Dir: dir, Containerd: filepath.Join(dir, "containerd"),
+		Shim: filepath.Join(dir, "containerd-shim-runc-v2"), Ctr: filepath.Join(dir, "ctr")}
+	var pkgs []string
+	complete := true
+	for _, p := range []string{c.Containerd, c.Shim, c.Ctr} {
+		pkgs = append(pkgs, "github.com/containerd/containerd/v2/cmd/"+filepath.Base(p))
+		if _, err := os.Stat(p); err != nil {
+			complete = false
+		}
+	}
+	if complete {
+		return c, nil
+	}
+	// The version the binaries report (CRI Version's runtimeVersion), as containerd's
+	// Makefile stamps it. The btrfs snapshotter needs libbtrfs headers; the harness uses
+	// overlayfs, so it is left out, and the rest builds without cgo.
+	ldflags := "-s -w -X github.com/containerd/containerd/v2/version.Version=" + ContainerdVersion
+	if err := goBuildTagged(out, filepath.Join(repo, "integration", "tools", "containerd"), dir, pkgs, ldflags,
+		[]string{"no_btrfs", "urfave_cli_no_docs"}, "containerd "+ContainerdVersion+" (first time: about 5 minutes)"); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Containerd2Dir holds EnsureContainerd's build; the suffix is the build recipe's revision,
+// as for the control plane.
+func Containerd2Dir() string { return filepath.Join(CacheDir(), "containerd-"+ContainerdVersion+"-r1") }
+
 // kubeLDFlags stamp the version the binaries report, as Kubernetes' own build does.
 func kubeLDFlags() string {
 	major, minor := "1", strings.Split(strings.TrimPrefix(KubernetesVersion, "v1."), ".")[0]
@@ -99,6 +140,12 @@ func kubeLDFlags() string {
 }
 
 func goBuild(out io.Writer, moduleDir, output string, pkgs []string, ldflags, what string) error {
+	return goBuildTagged(out, moduleDir, output, pkgs, ldflags, nil, what)
+}
+
+// goBuildTagged is goBuild with build tags; with tags, cgo is off too (a tagged build here
+// leaves out parts that need C headers, and the rest builds static).
+func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldflags string, tags []string, what string) error {
 	start := time.Now()
 	fmt.Fprintf(out, "building %s into %s ...\n", what, output)
 	if err := os.MkdirAll(filepath.Dir(output), 0o755); err != nil {
@@ -116,10 +163,17 @@ func goBuild(out io.Writer, moduleDir, output string, pkgs []string, ldflags, wh
 	if len(pkgs) > 1 {
 		target = tmp + "/"
 	}
-	args := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", target}, pkgs...)
+	args := []string{"build", "-trimpath", "-ldflags=" + ldflags}
+	if len(tags) > 0 {
+		args = append(args, "-tags="+strings.Join(tags, ","))
+	}
+	args = append(append(args, "-o", target), pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	if len(tags) > 0 {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	done := make(chan struct{})
 	go func() {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -227,7 +226,7 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 		return "", err
 	}
 	ctr := func(args ...string) error {
-		cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", h.ContainerdSocket(), "-n", "k8s.io", "images"}, args...)...)
+		cmd := h.ctr(ctx, append([]string{"images"}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("ctr images %s: %v\n%s", args[0], err, out)
 		}
@@ -251,7 +250,7 @@ func (h *Harness) pushRegistryImages(ctx context.Context) (string, error) {
 // next pod using it pulls. Only that name goes: CRI's RemoveImage would remove every name
 // of the image, the image the registry's are pushed from among them.
 func (h *Harness) ForgetImageName(ctx context.Context, name string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", h.ContainerdSocket(), "-n", "k8s.io", "images", "rm", name).CombinedOutput()
+	out, err := h.ctr(ctx, "images", "rm", name).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr images rm %s: %v\n%s", name, err, out)
 	}

@@ -18,8 +18,33 @@ import (
 type Runtime struct {
 	// Kind is "containerd", or empty for none.
 	Kind string `json:"kind"`
+	// Version picks the containerd: empty (or "1.6") for the machine's, Debian 12's 1.6.20
+	// package; "2" for ContainerdVersion, built from its Go module into the cache
+	// (integration/tools/containerd) and run with the machine's runc.
+	Version string `json:"version"`
 	// PodSubnet is the bridge network's range for pod IPs.
 	PodSubnet string `json:"podSubnet"`
+}
+
+// Containerd2 is Runtime.Version for the containerd built from its module.
+const Containerd2 = "2"
+
+// containerdBinaries are the containerd, ctr and runc shim the stack runs: the machine's
+// (on PATH; Shim empty: containerd finds Debian's next to it) or the module's build.
+func (h *Harness) containerdBinaries() (*Containerd, error) {
+	if h.stack.Runtime.Version == Containerd2 {
+		return EnsureContainerd(h.repo, h.out)
+	}
+	return &Containerd{Containerd: "containerd", Ctr: "ctr"}, nil
+}
+
+// ctr runs the stack's containerd's ctr in the k8s.io namespace.
+func (h *Harness) ctr(ctx context.Context, args ...string) *exec.Cmd {
+	bin := "ctr"
+	if h.stack.Runtime.Version == Containerd2 {
+		bin = filepath.Join(Containerd2Dir(), "ctr")
+	}
+	return exec.CommandContext(ctx, bin, append([]string{"--address", h.ContainerdSocket(), "-n", "k8s.io"}, args...)...)
 }
 
 // ContainerdSocket is the CRI endpoint of the stack's containerd.
@@ -42,8 +67,9 @@ func (h *Harness) TestRuntimeRoot() string {
 }
 
 // containerdConfig gives the stack's containerd its own root, state and sockets, so that it
-// never meets a containerd the machine runs, and the settings these machines need.
-func (h *Harness) containerdConfig() (string, error) {
+// never meets a containerd the machine runs, and the settings these machines need. shim is
+// the runc shim to run (containerd 2.x's own), or empty for the one beside containerd.
+func (h *Harness) containerdConfig(shim string) (string, error) {
 	dir := filepath.Join(h.paths.root, "containerd")
 	cni := filepath.Join(dir, "cni")
 	if err := os.MkdirAll(cni, 0o755); err != nil {
@@ -64,21 +90,52 @@ func (h *Harness) containerdConfig() (string, error) {
 	if err := os.WriteFile(filepath.Join(cni, "10-unitlet.conflist"), []byte(conflist), 0o644); err != nil {
 		return "", err
 	}
-	config := fmt.Sprintf(`version = 2
-root = %[1]q
-state = %[2]q
+	s := containerdSettings{
+		Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"), Socket: h.ContainerdSocket(),
+		TTRPC: filepath.Join(dir, "containerd.sock.ttrpc"), Debug: filepath.Join(dir, "debug.sock"),
+		Sandbox: PauseImage, CNIConf: cni, TestHandler: TestRuntimeHandler, TestRoot: h.TestRuntimeRoot(),
+		Hosts: h.hostsDir(), Shim: shim,
+	}
+	config := s.v2()
+	if h.stack.Runtime.Version == Containerd2 {
+		config = s.v3()
+	}
+	path := filepath.Join(dir, "config.toml")
+	return path, os.WriteFile(path, []byte(config), 0o644)
+}
+
+// containerdSettings are what the stack's containerd config says, in either format.
+type containerdSettings struct {
+	Root, State, Socket, TTRPC, Debug string
+	Sandbox                           string // the sandbox (pause) image
+	CNIConf                           string
+	TestHandler, TestRoot             string // the second runc handler and its runc root
+	Hosts                             string // registry hosts directory
+	Shim                              string // the runc shim's path, or empty
+}
+
+// header is the part both formats share: own root, state and sockets, no metrics listener.
+func (s containerdSettings) header(version int) string {
+	return fmt.Sprintf(`version = %d
+root = %q
+state = %q
 
 [grpc]
-  address = %[3]q
+  address = %q
 [ttrpc]
-  address = %[4]q
+  address = %q
 [debug]
-  address = %[5]q
+  address = %q
 [metrics]
   address = ""
+`, version, s.Root, s.State, s.Socket, s.TTRPC, s.Debug)
+}
 
+// v2 is the config for containerd 1.6 (config version 2: one CRI plugin).
+func (s containerdSettings) v2() string {
+	return s.header(2) + fmt.Sprintf(`
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[6]q
+  sandbox_image = %[1]q
   # Processes here lack CAP_SYS_RESOURCE: a negative oom_score_adj fails every sandbox.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -86,21 +143,53 @@ state = %[2]q
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s]
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[4]s]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s.options]
-        Root = %[8]q
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[4]s.options]
+        Root = %[3]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = %[7]q
+    conf_dir = %[2]q
   # Registry hosts, one directory each with its hosts.toml (the stack's registry's CA).
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = %[10]q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), h.ContainerdSocket(),
-		filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "debug.sock"), PauseImage, cni,
-		h.TestRuntimeRoot(), TestRuntimeHandler, h.hostsDir())
-	path := filepath.Join(dir, "config.toml")
-	return path, os.WriteFile(path, []byte(config), 0o644)
+    config_path = %[5]q
+`, s.Sandbox, s.CNIConf, s.TestRoot, s.TestHandler, s.Hosts)
+}
+
+// v3 is the config for containerd 2.x (config version 3): the CRI plugin is split into
+// images (snapshotter, the pinned sandbox image, registries) and runtime (handlers, CNI);
+// each handler names the shim to run, so that no other containerd's shim on PATH is used.
+func (s containerdSettings) v3() string {
+	return s.header(3) + fmt.Sprintf(`
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[1]q
+  # Registry hosts, one directory each with its hosts.toml (the stack's registry's CA).
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %[5]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # Processes here lack CAP_SYS_RESOURCE: a negative oom_score_adj fails every sandbox.
+  restrict_oom_score_adj = true
+  # The harness's host has cgroup v1, which containerd 2.2 and later warn about in a status
+  # condition: that one is the machine's, not this config's. Any other deprecation (of a
+  # config field here) still fails the runtime's readiness.
+  ignore_deprecation_warnings = ["io.containerd.deprecation/cgroup-v1"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = %[6]q
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[4]s]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = %[6]q
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[4]s.options]
+        Root = %[3]q
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = %[2]q
+`, s.Sandbox, s.CNIConf, s.TestRoot, s.TestHandler, s.Hosts, s.Shim)
 }
 
 // shortName fits a bridge name's 15 characters.
@@ -125,17 +214,31 @@ func (h *Harness) containerd() component {
 	return component{
 		name: "containerd",
 		start: func() (*proc, error) {
-			for _, tool := range []struct{ cmd, pkg string }{{"containerd", "containerd"}, {"runc", "runc"}, {"/usr/lib/cni/bridge", "containernetworking-plugins"}} {
+			// runc and the CNI plugins are the machine's whichever containerd runs them.
+			tools := []struct{ cmd, pkg string }{{"runc", "runc"}, {"/usr/lib/cni/bridge", "containernetworking-plugins"}}
+			if h.stack.Runtime.Version != Containerd2 {
+				tools = append(tools, struct{ cmd, pkg string }{"containerd", "containerd"})
+			}
+			for _, tool := range tools {
 				if _, err := exec.LookPath(tool.cmd); err != nil {
 					return nil, fmt.Errorf("%s is missing: apt-get install -y %s (or make prereqs)", tool.cmd, tool.pkg)
 				}
 			}
-			cfg, err := h.containerdConfig()
+			bins, err := h.containerdBinaries()
+			if err != nil {
+				return nil, err
+			}
+			cfg, err := h.containerdConfig(bins.Shim)
 			if err != nil {
 				return nil, err
 			}
 			h.flushNeighbours()
-			return startProcess(h.paths.logs, "containerd", nil, "containerd", "--config", cfg)
+			var env []string
+			if bins.Dir != "" {
+				// Its own shim first for anything that looks one up by name.
+				env = []string{"PATH=" + bins.Dir + string(os.PathListSeparator) + os.Getenv("PATH")}
+			}
+			return startProcess(h.paths.logs, "containerd", env, bins.Containerd, "--config", cfg)
 		},
 		ready: func(ctx context.Context) error {
 			rt, err := h.CRI()
@@ -165,7 +268,7 @@ func (h *Harness) importImages(ctx context.Context) (string, error) {
 	}
 	var refs []string
 	for ref, tar := range tars {
-		cmd := exec.CommandContext(ctx, "ctr", "--address", h.ContainerdSocket(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tar)
+		cmd := h.ctr(ctx, "images", "import", "--no-unpack=false", tar)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("import %s: %v\n%s", ref, err, out)
 		}
@@ -227,6 +330,17 @@ func (h *Harness) killShims() {
 		_ = p.stop(5 * time.Second)
 		fmt.Fprintf(h.out, "stopped a containerd shim (pid %d)\n", pid)
 	}
+}
+
+// ShimExecutables are the programs the live shims of the stack's containerd run.
+func (h *Harness) ShimExecutables() []string {
+	var out []string
+	for _, pid := range h.shimPIDs() {
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+			out = append(out, exe)
+		}
+	}
+	return out
 }
 
 // shimPIDs are the live shims of the stack's containerd.

@@ -148,6 +148,16 @@ func LoadStack(path string) (*Stack, error) {
 	default:
 		return nil, fmt.Errorf("%s: runtime.kind %q: supported: containerd", path, s.Runtime.Kind)
 	}
+	switch s.Runtime.Version {
+	case "", "1.6":
+	case Containerd2:
+		if s.Runtime.Kind != "containerd" {
+			return nil, fmt.Errorf("%s: runtime.version %q: needs runtime.kind containerd", path, s.Runtime.Version)
+		}
+	default:
+		return nil, fmt.Errorf("%s: runtime.version %q: supported: \"1.6\" or empty (the machine's containerd, Debian 12's package) and %q (containerd %s built from its module)",
+			path, s.Runtime.Version, Containerd2, ContainerdVersion)
+	}
 	if s.MetricsServer != nil && (s.Standalone || s.MetricsServer.Port <= 0 || s.MetricsServer.Port > 65535) {
 		return nil, fmt.Errorf("%s: metricsServer.port %d: metrics-server needs a control plane and a port of 1 to 65535", path, s.MetricsServer.Port)
 	}

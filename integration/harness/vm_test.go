@@ -146,13 +146,6 @@ func TestLoadStackVM(t *testing.T) {
 		"nodes:\n- {name: a, backend: qemu}\n":                                     "nodes[0].backend \"qemu\"",
 		"controlPlane: {schedulerPort: 20259}\nnodes:\n- {name: a, backend: vm}\n": "",
 	} {
-		p := write(body)
-		_, err := LoadStack(p)
-		switch {
-		case want == "" && err != nil:
-			t.Errorf("%q: %v", body, err)
-		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p)):
-			t.Errorf("%q: error %v, want one naming %s and %q", body, err, p, want)
-		}
+		checkLoadStack(t, dir, body, want)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 
@@ -120,13 +120,17 @@ func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 	nohandler.Spec.RuntimeClassName = ptr.To("rc-nohandler")
 	createPod(t, nohandler)
 
-	for _, tc := range []struct{ pod, event string }{
-		{"rc-gone-pod", `FailedCreatePodSandBox: Failed to create pod sandbox: runtimeclass.node.k8s.io "rc-gone" not found`},
-		{"rc-nohandler-pod", `FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "no-such-handler" is configured`},
+	// The event's message ends with the runtime's error, whose wording is containerd's:
+	// 1.6 says "failed to get sandbox runtime: no runtime for ...", 2.x "unable to get OCI
+	// runtime for sandbox <id>: no runtime for ...".
+	for _, tc := range []struct{ pod, event, runtimeError string }{
+		{"rc-gone-pod", `FailedCreatePodSandBox: Failed to create pod sandbox: runtimeclass.node.k8s.io "rc-gone" not found`, ""},
+		{"rc-nohandler-pod", `FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = `, `no runtime for "no-such-handler" is configured`},
 	} {
-		stack.WaitFor(t, time.Minute, tc.pod+"'s event "+tc.event, func(ctx context.Context) (bool, string) {
+		line := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(tc.event) + "(.*: )?" + regexp.QuoteMeta(tc.runtimeError) + "$")
+		stack.WaitFor(t, time.Minute, tc.pod+"'s event "+tc.event+tc.runtimeError, func(ctx context.Context) (bool, string) {
 			evs := podEvents(ctx, t, tc.pod)
-			return strings.Contains(evs, tc.event+"\n"), evs
+			return line.MatchString(evs), evs
 		})
 		stack.WaitFor(t, 30*time.Second, tc.pod+" Pending, ContainerCreating", func(ctx context.Context) (bool, string) {
 			p, err := c.CoreV1().Pods("default").Get(ctx, tc.pod, metav1.GetOptions{})

@@ -124,13 +124,18 @@ func TestResourceMetricsShowABusyCPU(t *testing.T) {
 // healthzURL is podsyncNode's /healthz on its healthzPort (plain HTTP on 127.0.0.1: the
 // machine shares the host's network).
 func healthzURL() string {
-	port := 10248
+	return fmt.Sprintf("http://127.0.0.1:%d/healthz", nodeAPIPort()-2)
+}
+
+// nodeAPIPort is podsyncNode's node API port: the stack's nodeAPIPort, else the kubelet's
+// 10250.
+func nodeAPIPort() int {
 	for _, n := range stack.Stack().Nodes {
 		if n.Name == podsyncNode && n.NodeAPIPort != 0 {
-			port = n.NodeAPIPort - 2
+			return n.NodeAPIPort
 		}
 	}
-	return fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
+	return 10250
 }
 
 func getHealthz(ctx context.Context) (int, string, error) {

@@ -15,7 +15,8 @@ import (
 )
 
 // TestCRISandboxAndContainerRun runs a pod sandbox and a busybox container through CRI on
-// the stack's containerd, reads its output at the CRI log path, and cleans up.
+// the stack's containerd, reads its output at the CRI log path, and cleans up. The
+// containerd and its shim are the ones the stack's runtime.version names.
 func TestCRISandboxAndContainerRun(t *testing.T) {
 	rt, err := stack.CRI()
 	if err != nil {
@@ -24,6 +25,16 @@ func TestCRISandboxAndContainerRun(t *testing.T) {
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+
+	// Debian 12's package reports 1.6.20~ds1; the module's build its tag.
+	wantVersion, wantShim := "1.6.", "/usr/bin/containerd-shim-runc-v2"
+	if stack.Stack().Runtime.Version == harness.Containerd2 {
+		wantVersion, wantShim = harness.ContainerdVersion, filepath.Join(harness.Containerd2Dir(), "containerd-shim-runc-v2")
+	}
+	v, err := rt.Runtime.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || v.GetRuntimeName() != "containerd" || !strings.HasPrefix(v.GetRuntimeVersion(), wantVersion) {
+		t.Fatalf("CRI Version: %v %v, want containerd %s", v, err, wantVersion)
+	}
 
 	for _, img := range []string{harness.PauseImage, harness.BusyboxImage, harness.TestServerImage} {
 		st, err := rt.Images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}})
@@ -77,6 +88,15 @@ func TestCRISandboxAndContainerRun(t *testing.T) {
 	}
 	if _, err := rt.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
 		t.Fatalf("StartContainer: %v", err)
+	}
+	shims := stack.ShimExecutables()
+	if len(shims) == 0 {
+		t.Fatal("no shim of the stack's containerd runs while it runs a sandbox")
+	}
+	for _, s := range shims {
+		if s != wantShim {
+			t.Errorf("a shim of the stack's containerd runs %s, want %s", s, wantShim)
+		}
 	}
 	stack.WaitFor(t, time.Minute, "the container exits 0", func(ctx context.Context) (bool, string) {
 		st, err := rt.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ContainerId})

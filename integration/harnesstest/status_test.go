@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,8 +140,8 @@ func TestStatusNodeRegistersAndTurnsReady(t *testing.T) {
 		info.BootID == "" || info.MachineID == "" || info.KernelVersion == "" || info.OSImage == "" {
 		t.Errorf("nodeInfo %+v: want a kubelet version naming unitlet, containerd://, boot and machine IDs, kernel and OS image", info)
 	}
-	if n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
-		t.Errorf("daemonEndpoints.kubeletEndpoint.port = %d, want 10250", n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	if port := nodeAPIPort(); n.Status.DaemonEndpoints.KubeletEndpoint.Port != int32(port) {
+		t.Errorf("daemonEndpoints.kubeletEndpoint.port = %d, want %d", n.Status.DaemonEndpoints.KubeletEndpoint.Port, port)
 	}
 	internal := false
 	for _, a := range n.Status.Addresses {
@@ -360,7 +361,7 @@ func nodeAPI(t *testing.T) string {
 	n := waitNodeReady(t, 90*time.Second)
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
-			return "https://" + net.JoinHostPort(a.Address, "10250")
+			return "https://" + net.JoinHostPort(a.Address, strconv.Itoa(nodeAPIPort()))
 		}
 	}
 	t.Fatalf("node %s has no InternalIP: %v", podsyncNode, n.Status.Addresses)

@@ -275,3 +275,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// checkMapping checks f's output for each input.
+func checkMapping(t *testing.T, name string, f func(string) string, want map[string]string) {
+	t.Helper()
+	for in, w := range want {
+		if got := f(in); got != w {
+			t.Errorf("%s(%q) = %q, want %q", name, in, got, w)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	nodeutil "k8s.io/component-helpers/node/util"
 )
 
@@ -133,11 +134,7 @@ func (c *Controller) apply(original *corev1.Node, o *observation) (*corev1.Node,
 		info.OSImage = s.osImage
 	}
 	if o.health != nil {
-		version := o.health.runtimeVersion
-		if version == "" {
-			version = "Unknown"
-		}
-		info.ContainerRuntimeVersion = o.health.runtimeName + "://" + version
+		info.ContainerRuntimeVersion = o.health.runtimeName + "://" + runtimeVersion(o.health.runtimeVersion)
 	}
 	info.KubeletVersion = KubeletVersion()
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.port
@@ -489,4 +486,17 @@ func reconcileNode(built, existing *corev1.Node) bool {
 		}
 	}
 	return changed
+}
+
+// runtimeVersion is CRI Version's runtimeVersion as the kubelet writes it into nodeInfo: read
+// as a semantic version, else as a generic one (numbers only), and printed without a "v"
+// ("v2.4.2" is 2.4.2; Debian's "1.6.20~ds1" is 1.6.20); "Unknown" when it is neither.
+func runtimeVersion(v string) string {
+	parsed, err := utilversion.ParseSemantic(v)
+	if err != nil {
+		if parsed, err = utilversion.ParseGeneric(v); err != nil {
+			return "Unknown"
+		}
+	}
+	return parsed.String()
 }

@@ -314,3 +314,16 @@ func TestImagesLimit(t *testing.T) {
 		t.Errorf("images = %+v, want the biggest only", imgs)
 	}
 }
+
+// The runtime's version in nodeInfo is the kubelet's reading of CRI Version's: containerd
+// 2.x reports its tag, Debian's package a revision suffix.
+func TestRuntimeVersionAsTheKubeletWritesIt(t *testing.T) {
+	checkMapping(t, "runtimeVersion", runtimeVersion, map[string]string{
+		"v2.4.2":             "2.4.2",
+		"1.6.20~ds1":         "1.6.20",
+		"1.7.25":             "1.7.25",
+		"2.1.0-rc.1+unknown": "2.1.0-rc.1+unknown",
+		"":                   "Unknown",
+		"main":               "Unknown",
+	})
+}

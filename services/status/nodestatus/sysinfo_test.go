@@ -12,16 +12,12 @@ func TestKubeletVersionIsSemverNamingUnitlet(t *testing.T) {
 	if v := KubeletVersion(); !semver.MatchString(v) {
 		t.Errorf("KubeletVersion() = %q, not v1.36.3-unitlet+<build>", v)
 	}
-	for in, want := range map[string]string{
+	checkMapping(t, "buildMetadata", buildMetadata, map[string]string{
 		"v0.1.0-3-gabcdef0-dirty": "v0.1.0-3-gabcdef0-dirty",
 		"dev":                     "dev",
 		"a/b_c":                   "a-b-c",
 		"":                        "unknown",
-	} {
-		if got := buildMetadata(in); got != want {
-			t.Errorf("buildMetadata(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 func TestHostFilesMissing(t *testing.T) {
