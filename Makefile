@@ -131,15 +131,18 @@ bench-memory: build harness-binaries
 
 ## bench-pods: unitlet, the real kubelet (built once into the cache) and the runtime alone
 ## (the floor: sandbox + container straight through CRI) side by side on one harness stack
-## (integration/stacks/bench-pods.yaml), their rounds interleaved (BENCH_ROUNDS of each, 3
-## by default): 1, 30 and 100 pods created at once, create → running p50/p99/max, delete →
+## (integration/stacks/bench-pods.yaml on Debian's containerd 1.6, then
+## bench-pods-containerd2.yaml on containerd 2.x), their rounds interleaved (BENCH_ROUNDS of
+## each, 3 by default): 1, 30 and 100 pods created at once, create → running p50/p99/max, delete →
 ## gone, RSS (per unitlet service and summed) and CPU at 100 pods; the table of medians,
 ## then the unitlet/kubelet and unitlet/floor ratios
 BENCH_ROUNDS ?= 3
 bench-pods: build harness-binaries
 	@mkdir -p $(CACHE)
-	UNITLET_BIN_DIR=$(BIN) UNITLET_BENCH_ROUNDS=$(BENCH_ROUNDS) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=120m ./integration/harnesstest/ | tee $(CACHE)/bench-pods.log
-	@echo; sed -n '/^== pods vs kubelet/,/^unitlet\/floor p99 ratio:/p' $(CACHE)/bench-pods.log
+	for stack in bench-pods bench-pods-containerd2; do \
+	  UNITLET_BIN_DIR=$(BIN) UNITLET_BENCH_ROUNDS=$(BENCH_ROUNDS) UNITLET_STACK=$(CURDIR)/integration/stacks/$$stack.yaml $(GO) test -run='^$$' -bench=BenchmarkPodsVsKubelet -benchtime=1x -count=1 -timeout=120m ./integration/harnesstest/ | tee $(CACHE)/$$stack.log || exit 1; \
+	done
+	@for stack in bench-pods bench-pods-containerd2; do echo; sed -n '/^== pods vs kubelet/,/^unitlet\/floor p99 ratio:/p' $(CACHE)/$$stack.log; done
 
 ## bench-metrics: the node API's /metrics, /metrics/resource, /metrics/cadvisor,
 ## /metrics/probes and /stats/summary of unitlet and of the real kubelet, each at 100 pods
