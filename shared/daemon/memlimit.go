@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -24,9 +25,26 @@ func setMemoryLimit(log *slog.Logger, provider memlimit.Provider) int64 {
 	limit, _ := memlimit.Set(
 		memlimit.WithProvider(provider),
 		memlimit.WithRatio(memoryLimitRatio),
-		memlimit.WithLogger(log.With("component", "memlimit")),
+		memlimit.WithLogger(slog.New(infoAndAbove{log.With("component", "memlimit").Handler()})),
 	)
 	return limit
+}
+
+// infoAndAbove passes on a handler's records from Info up: the library's Debug line at
+// every start ("GOMEMLIMIT is unchanged", a process without a cgroup limit) says nothing a
+// user needs, and a service that fails at start prints its one error line alone.
+type infoAndAbove struct{ slog.Handler }
+
+func (h infoAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo && h.Handler.Enabled(ctx, l)
+}
+
+func (h infoAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return infoAndAbove{h.Handler.WithAttrs(attrs)}
+}
+
+func (h infoAndAbove) WithGroup(name string) slog.Handler {
+	return infoAndAbove{h.Handler.WithGroup(name)}
 }
 
 // gcPercent is the services' GOGC: the heap grows by half its live size between
