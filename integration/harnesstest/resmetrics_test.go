@@ -85,7 +85,15 @@ func TestResourceMetricsShowABusyCPU(t *testing.T) {
 	}
 	before := scrape()
 	time.Sleep(10 * time.Second)
-	families := scrape()
+	// The samples are stamped when the stats were read, as the kubelet's: its summary is
+	// refreshed every 10 s (housekeeping), so a scrape may still serve the previous one.
+	var families map[string]*dto.MetricFamily
+	stack.WaitFor(t, 30*time.Second, "a newer read of the stats in /metrics/resource", func(context.Context) (bool, string) {
+		families = scrape()
+		m1 := promtext.Sample(before, "container_cpu_usage_seconds_total", container)
+		m2 := promtext.Sample(families, "container_cpu_usage_seconds_total", container)
+		return m1 != nil && m2 != nil && m2.GetTimestampMs() > m1.GetTimestampMs(), "the same timestamp as the first scrape"
+	})
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
