@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/pki"
 	"github.com/unitlet/unitlet/shared/pki/pkitest"
@@ -144,7 +145,7 @@ func newFixture(t *testing.T) *fixture {
 	f.opts = Options{
 		CertDir: f.dir,
 		Node:    nodeinfo.Identity{Name: testNode, Hostname: "host-a", IPs: []string{"192.0.2.7"}},
-		Client:  f.cluster,
+		Client:  adapt.Clientset(f.cluster),
 		Clock:   f.clock,
 		Random:  func() float64 { return 0.5 },
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),

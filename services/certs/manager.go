@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 	"github.com/unitlet/unitlet/shared/pki"
 	"github.com/unitlet/unitlet/shared/watch"
@@ -29,7 +29,7 @@ type Options struct {
 	// Node is the node's identity: the subject and the serving certificate's SANs.
 	Node nodeinfo.Identity
 	// Client makes the CSRs with the node's current credentials; nil on a standalone node.
-	Client kubernetes.Interface
+	Client kubeapi.Interface
 	// Standalone, when set, says why there is no client.
 	Standalone string
 	// ClientCredentials, when set, says why the kubeconfig's credentials are not the

@@ -15,10 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
@@ -93,7 +93,7 @@ type rotator struct {
 	// request is what to ask for.
 	request pki.Request
 	// client makes the CSRs, with the node's current credentials.
-	client kubernetes.Interface
+	client kubeapi.Interface
 	// disabled, when set, says why this certificate is never rotated.
 	disabled string
 	// missingOK means a missing certificate is not requested but waited for (the client

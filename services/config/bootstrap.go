@@ -18,13 +18,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/utils/clock"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
@@ -53,7 +52,7 @@ type Bootstrapper struct {
 	log       *slog.Logger
 	clock     clock.Clock
 	jitter    func() float64 // in [0, 1)
-	newClient func(*rest.Config) (kubernetes.Interface, error)
+	newClient func(*rest.Config) (kubeapi.Interface, error)
 	timeout   time.Duration
 	// lifetime is the certificate lifetime the CSR asks for; 0 leaves it to the signer.
 	lifetime time.Duration
@@ -74,7 +73,7 @@ func NewBootstrapper(config func() *configv1.NodeConfig, lifetime time.Duration,
 		log:       log.With("component", "tls-bootstrap"),
 		clock:     clock.RealClock{},
 		jitter:    rand.Float64,
-		newClient: func(rc *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(rc) },
+		newClient: func(rc *rest.Config) (kubeapi.Interface, error) { return kubeapi.NewForConfig(rc) },
 		timeout:   bootstrapAttemptTimeout,
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unitlet_config_bootstrap_attempts_total",
@@ -216,7 +215,7 @@ func (b *Bootstrapper) attempt(ctx context.Context, reason error) (err error) {
 	b.transition(configv1.BootstrapState_BOOTSTRAP_STATE_WAITING_FOR_APPROVAL,
 		fmt.Sprintf("submitted CSR %s for system:node:%s, waiting for its approval and certificate", name, node),
 		func(st *configv1.BootstrapStatus) { st.CsrName = name })
-	certPEM, err := csr.WaitForCertificate(actx, client, name, types.UID(uid))
+	certPEM, err := pki.WaitForCertificate(actx, client, name, types.UID(uid))
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()

@@ -31,6 +31,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/kubeapi"
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 	"github.com/unitlet/unitlet/shared/pki"
 	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
@@ -73,6 +75,7 @@ type bootstrapFixture struct {
 	reg        *prometheus.Registry
 	b          *Bootstrapper
 	userAgents chan string
+	raw        kubernetes.Interface // the fake behind the last client made
 }
 
 // newBootstrapFixture makes a bootstrapper whose every client is newClient's, a bootstrap
@@ -97,12 +100,13 @@ func newBootstrapFixture(t *testing.T, newClient func(t *testing.T) kubernetes.I
 	f.b = NewBootstrapper(func() *configv1.NodeConfig { return cfg }, 0, f.reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.b.clock = f.clock
 	f.b.jitter = func() float64 { return 0 }
-	f.b.newClient = func(rc *rest.Config) (kubernetes.Interface, error) {
+	f.b.newClient = func(rc *rest.Config) (kubeapi.Interface, error) {
 		f.userAgents <- rc.UserAgent
 		if rc.Host != testServer || rc.BearerToken != testToken {
 			t.Errorf("client for %s with token %q, want the bootstrap kubeconfig's", rc.Host, rc.BearerToken)
 		}
-		return newClient(t), nil
+		f.raw = newClient(t)
+		return adapt.Clientset(f.raw), nil
 	}
 	return f
 }
@@ -394,11 +398,11 @@ func TestBootstrapNotConfigured(t *testing.T) {
 }
 
 // wrapSigner starts a signer on every client newClient makes.
-func wrapSigner(t *testing.T, f *bootstrapFixture, newClient func(*rest.Config) (kubernetes.Interface, error), how signer) func(*rest.Config) (kubernetes.Interface, error) {
-	return func(rc *rest.Config) (kubernetes.Interface, error) {
+func wrapSigner(t *testing.T, f *bootstrapFixture, newClient func(*rest.Config) (kubeapi.Interface, error), how signer) func(*rest.Config) (kubeapi.Interface, error) {
+	return func(rc *rest.Config) (kubeapi.Interface, error) {
 		c, err := newClient(rc)
 		if err == nil {
-			f.ca.RunSigner(t, c, how.decide)
+			f.ca.RunSigner(t, f.raw, how.decide)
 		}
 		return c, err
 	}

@@ -12,13 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/unitlet/unitlet/shared/daemon"
-	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -50,30 +48,28 @@ func localNode(nc *nodeconfig.Config, machine nodeinfo.Machine) (*corev1.Node, e
 // standalone or while the API has no such Node. Through an API server outage the
 // informer keeps the last Node it saw, and admission goes on using it.
 type nodeView struct {
-	local   *corev1.Node
-	name    string
-	log     *slog.Logger
-	factory informers.SharedInformerFactory // nil when standalone
-	lister  corelisters.NodeLister
-	synced  cache.InformerSynced
+	local    *corev1.Node
+	name     string
+	log      *slog.Logger
+	informer cache.SharedIndexInformer // nil when standalone
+	lister   corelisters.NodeLister
+	synced   cache.InformerSynced
 
 	mu       sync.Mutex
 	lastView string // the view last logged
 }
 
 // newNodeView is the view of node name; client nil means standalone (the local node only).
-func newNodeView(local *corev1.Node, client kubernetes.Interface, log *slog.Logger) *nodeView {
+func newNodeView(local *corev1.Node, client kubeapi.Interface, log *slog.Logger) *nodeView {
 	v := &nodeView{local: local, name: local.Name, log: log}
 	if client == nil {
 		return v
 	}
 	// The node authorizer lets a node list and watch only its own Node, by this selector.
 	byName := fields.OneTermEqualSelector(metav1.ObjectNameField, local.Name).String()
-	v.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = byName }),
-		informers.WithTransform(kube.DropManagedFields))
-	nodes := v.factory.Core().V1().Nodes()
-	informer := nodes.Informer()
+	informer := kubeapi.NewInformer(client, client.CoreV1().Nodes(), &corev1.Node{},
+		func(o *metav1.ListOptions) { o.FieldSelector = byName })
+	v.informer = informer
 	// Before Start, as client-go requires: the informer retries by itself; say that
 	// admission keeps the last Node seen meanwhile.
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
@@ -82,20 +78,17 @@ func newNodeView(local *corev1.Node, client kubernetes.Interface, log *slog.Logg
 		}
 		v.log.Warn("watch the node's Node failed, will retry; admission keeps the last Node seen", "node", v.name, "err", err)
 	})
-	v.lister, v.synced = nodes.Lister(), informer.HasSynced
+	v.lister, v.synced = corelisters.NewNodeLister(informer.GetIndexer()), informer.HasSynced
 	return v
 }
 
 // Run keeps the Node current until ctx ends (standalone, it only waits for that).
 func (v *nodeView) Run(ctx context.Context) error {
-	if v.factory == nil {
+	if v.informer == nil {
 		<-ctx.Done()
 		return nil
 	}
-	v.factory.Start(ctx.Done())
-	<-ctx.Done()
-	v.factory.Shutdown()
-	return nil
+	return runInformer(ctx, v.informer)
 }
 
 // WaitSynced waits until the Node informer has listed once (at once when standalone), at

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -44,7 +46,7 @@ func TestNodeViewStandaloneIsLocal(t *testing.T) {
 
 func TestNodeViewFollowsTheAPIsNode(t *testing.T) {
 	client := fake.NewClientset()
-	v := newNodeView(localTestNode(), client, quietLog())
+	v := newNodeView(localTestNode(), adapt.Clientset(client), quietLog())
 	runNodeView(t, v)
 	if n, view := v.Get(); view != viewLocal || n.Labels["local"] != "yes" {
 		t.Fatalf("before registration: view %q labels %v, want the local node", view, n.Labels)
@@ -85,7 +87,7 @@ func waitView(t *testing.T, v *nodeView, what string, ok func(*corev1.Node, stri
 
 // A source waits for the Node informer: with a bound it goes on when it has not synced.
 func TestNodeViewWaitSyncedBound(t *testing.T) {
-	v := newNodeView(localTestNode(), fake.NewClientset(), quietLog()) // never started
+	v := newNodeView(localTestNode(), adapt.Clientset(fake.NewClientset()), quietLog()) // never started
 	start := time.Now()
 	v.WaitSynced(context.Background(), "test", 50*time.Millisecond)
 	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {

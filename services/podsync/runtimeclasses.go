@@ -4,33 +4,31 @@ import (
 	"context"
 	"fmt"
 
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // runtimeClasses is the node's cache of the cluster's RuntimeClasses (node.k8s.io/v1), for
 // the runtime handler of pods that name one: the kubelet's runtime class manager. The
 // node authorizer lets every node get, list and watch them.
 type runtimeClasses struct {
-	factory informers.SharedInformerFactory
-	lister  nodelisters.RuntimeClassLister
-	synced  cache.InformerSynced
+	informer cache.SharedIndexInformer
+	lister   nodelisters.RuntimeClassLister
+	synced   cache.InformerSynced
 }
 
-func newRuntimeClasses(client kubernetes.Interface) *runtimeClasses {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(kube.DropManagedFields))
-	classes := factory.Node().V1().RuntimeClasses()
-	return &runtimeClasses{factory: factory, lister: classes.Lister(), synced: classes.Informer().HasSynced}
+func newRuntimeClasses(client kubeapi.Interface) *runtimeClasses {
+	inf := kubeapi.NewInformer(client, client.NodeV1().RuntimeClasses(), &nodev1.RuntimeClass{}, nil)
+	return &runtimeClasses{informer: inf, lister: nodelisters.NewRuntimeClassLister(inf.GetIndexer()), synced: inf.HasSynced}
 }
 
 // Run keeps the cache current until ctx ends.
 func (r *runtimeClasses) Run(ctx context.Context) error {
-	return runFactory(ctx, r.factory)
+	return runInformer(ctx, r.informer)
 }
 
 // Handler is the named RuntimeClass's handler. Before the first list the cache cannot
@@ -49,12 +47,9 @@ func (r *runtimeClasses) Handler(name string) (string, error) {
 	return rc.Handler, nil
 }
 
-// runFactory starts factory's informers and stops them when ctx ends. The informers
-// retry on their own through API server outages; the caches keep their last objects
-// meanwhile.
-func runFactory(ctx context.Context, factory informers.SharedInformerFactory) error {
-	factory.Start(ctx.Done())
-	<-ctx.Done()
-	factory.Shutdown()
+// runInformer runs inf until ctx ends. The informer retries on its own through API
+// server outages; its cache keeps the last objects meanwhile.
+func runInformer(ctx context.Context, inf cache.SharedIndexInformer) error {
+	inf.RunWithContext(ctx)
 	return nil
 }

@@ -8,11 +8,13 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 func TestRuntimeClassesResolveHandlers(t *testing.T) {
 	client := fake.NewClientset(&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"})
-	r := newRuntimeClasses(client)
+	r := newRuntimeClasses(adapt.Clientset(client))
 	if _, err := r.Handler("gvisor"); err == nil || err.Error() != "RuntimeClass gvisor: RuntimeClasses have not yet been read from the API server" {
 		t.Errorf("before the first list: %v, want it to say the classes are not read yet", err)
 	}

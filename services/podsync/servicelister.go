@@ -7,35 +7,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // serviceLister is the node's cache of the cluster's services, every namespace, for the
 // containers' service-link variables: the kubelet's service informer. Headless services
 // are not watched (they give no variables).
 type serviceLister struct {
-	factory informers.SharedInformerFactory
-	lister  corelisters.ServiceLister
-	synced  cache.InformerSynced
+	informer cache.SharedIndexInformer
+	lister   corelisters.ServiceLister
+	synced   cache.InformerSynced
 }
 
-func newServiceLister(client kubernetes.Interface) *serviceLister {
+func newServiceLister(client kubeapi.Interface) *serviceLister {
 	notHeadless := fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = notHeadless }),
-		informers.WithTransform(kube.DropManagedFields))
-	services := factory.Core().V1().Services()
-	return &serviceLister{factory: factory, lister: services.Lister(), synced: services.Informer().HasSynced}
+	inf := kubeapi.NewInformer(client, client.CoreV1().Services(""), &corev1.Service{},
+		func(o *metav1.ListOptions) { o.FieldSelector = notHeadless })
+	return &serviceLister{informer: inf, lister: corelisters.NewServiceLister(inf.GetIndexer()), synced: inf.HasSynced}
 }
 
 // Run keeps the cache current until ctx ends.
 func (s *serviceLister) Run(ctx context.Context) error {
-	return runFactory(ctx, s.factory)
+	return runInformer(ctx, s.informer)
 }
 
 // List is every cached service.

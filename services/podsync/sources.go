@@ -4,15 +4,15 @@ import (
 	"context"
 	"log/slog"
 
-	"k8s.io/client-go/kubernetes"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/unitlet/unitlet/services/podsync/podsource"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // wantedSources are the pod sources the configuration turns on: the static pod directory,
 // the static pod URL, and the API server unless the node is standalone (client nil).
-func wantedSources(kc *kubeletv1beta1.KubeletConfiguration, client kubernetes.Interface) []string {
+func wantedSources(kc *kubeletv1beta1.KubeletConfiguration, client kubeapi.Interface) []string {
 	var wanted []string
 	if kc.StaticPodPath != "" {
 		wanted = append(wanted, podsource.SourceFile)
@@ -33,7 +33,7 @@ type source struct {
 }
 
 // podSources are the loops of the sources wantedSources names, each giving svc its pods.
-func podSources(kc *kubeletv1beta1.KubeletConfiguration, nodeName string, client kubernetes.Interface, svc *Service, log *slog.Logger) []source {
+func podSources(kc *kubeletv1beta1.KubeletConfiguration, nodeName string, client kubeapi.Interface, svc *Service, log *slog.Logger) []source {
 	var out []source
 	if kc.StaticPodPath != "" {
 		out = append(out, source{"static pods", func(ctx context.Context) error {

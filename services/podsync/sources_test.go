@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 func TestSourcesFollowTheConfiguration(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSourcesFollowTheConfiguration(t *testing.T) {
 			}
 			var got []string
 			if client != nil {
-				got = wantedSources(&tc.kc, client)
+				got = wantedSources(&tc.kc, adapt.Clientset(client))
 			} else {
 				got = wantedSources(&tc.kc, nil)
 			}
@@ -40,7 +42,7 @@ func TestSourcesFollowTheConfiguration(t *testing.T) {
 			var loops []string
 			var srcs []source
 			if client != nil {
-				srcs = podSources(&tc.kc, "node-a", client, nil, log)
+				srcs = podSources(&tc.kc, "node-a", adapt.Clientset(client), nil, log)
 			} else {
 				srcs = podSources(&tc.kc, "node-a", nil, nil, log)
 			}

@@ -9,17 +9,17 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // apiObjects reads the configMaps and secrets containers' env refers to.
-type apiObjects struct{ client kubernetes.Interface }
+type apiObjects struct{ client kubeapi.Interface }
 
 func (o apiObjects) ConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
 	if o.client == nil {

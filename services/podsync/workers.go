@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -18,6 +17,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/cri"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
@@ -25,7 +25,7 @@ import (
 // workerOptions are the pod workers' parts: the runtime and the relister's view of it, the
 // CRI settings from the configuration, the API's objects, probes, hooks, events, volumes,
 // and svc, which receives what they observe.
-func workerOptions(nc *nodeconfig.Config, node *corev1.Node, machine nodeinfo.Machine, rt *cri.Client, relister *relist.Relister, client kubernetes.Interface,
+func workerOptions(nc *nodeconfig.Config, node *corev1.Node, machine nodeinfo.Machine, rt *cri.Client, relister *relist.Relister, client kubeapi.Interface,
 	probes *prober.Manager, volumes *busVolumes, events podworker.Recorder, svc *Service, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) podworker.Options {
 	kc, rootDir, hostIPs := nc.KubeletConfiguration, nc.Paths.GetRootDir(), nc.Node.GetIps()
 	hostnameOverride, set := kc.FeatureGates["HostnameOverride"] // beta, on by default

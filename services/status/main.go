@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
@@ -50,9 +51,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc := nc.KubeletConfiguration
-	client, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
+	_, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
 	if err != nil {
 		return daemon.ConfigError(err)
+	}
+	// unitlet-status keeps client-go's clientset: the node API's delegated
+	// authentication and authorization (k8s.io/apiserver) take its typed clients.
+	var client kubernetes.Interface
+	if restConfig != nil {
+		if client, err = kubernetes.NewForConfig(restConfig); err != nil {
+			return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", nc.Paths.GetKubeconfig(), err))
+		}
 	}
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, append(cri.FromConfig(kc), cri.Metrics(d.Registry()))...)

@@ -8,18 +8,18 @@ import (
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
 	"github.com/unitlet/unitlet/services/volumes/projection"
 	"github.com/unitlet/unitlet/services/volumes/token"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // apiPayloads builds volume files from the API server's objects (read with the node's
 // credentials, which the Node authorizer allows for pods bound to this node) and tokens.
 type apiPayloads struct {
-	client      kubernetes.Interface // nil: standalone
-	objects     objects              // the configMaps and secrets of client
+	client      kubeapi.Interface // nil: standalone
+	objects     objects           // the configMaps and secrets of client
 	tokens      *token.Manager
 	allocatable corev1.ResourceList
 }
@@ -39,7 +39,7 @@ func (a *apiPayloads) Payload(ctx context.Context, pod *corev1.Pod, v *corev1.Vo
 // on the same object. A shared answer is as fresh as each caller's own GET would be, as
 // it was asked while each caller waited.
 type objects struct {
-	client kubernetes.Interface
+	client kubeapi.Interface
 	reads  singleflight.Group
 }
 

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 // Pods started together read their namespace's kube-root-ca.crt at once: overlapping reads
@@ -30,7 +32,7 @@ func TestOverlappingReadsOfAnObjectShareOneGet(t *testing.T) {
 		<-release
 		return false, nil, nil // on to the tracker
 	})
-	o := &objects{client: client}
+	o := &objects{client: adapt.Clientset(client)}
 
 	var wg sync.WaitGroup
 	got := make([]*corev1.ConfigMap, 10)

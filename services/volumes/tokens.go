@@ -4,15 +4,15 @@ import (
 	"log/slog"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/unitlet/unitlet/services/volumes/token"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // newTokens returns the cache of service-account tokens and the function that forgets a
 // released pod's, or nils on a standalone node (client nil).
-func newTokens(client kubernetes.Interface, clk clock.Clock, log *slog.Logger) (*token.Manager, func(types.UID)) {
+func newTokens(client kubeapi.Interface, clk clock.Clock, log *slog.Logger) (*token.Manager, func(types.UID)) {
 	if client == nil {
 		return nil, nil
 	}

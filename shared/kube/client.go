@@ -8,11 +8,11 @@ import (
 	"io/fs"
 	"os"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/version"
 )
 
@@ -62,13 +62,13 @@ func RESTConfig(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletCo
 	return rc, nil
 }
 
-// Client is RESTConfig's clientset.
-func Client(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, *rest.Config, error) {
+// Client is RESTConfig's client.
+func Client(kubeconfig, component string, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubeapi.Interface, *rest.Config, error) {
 	rc, err := RESTConfig(kubeconfig, component, kc)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := kubernetes.NewForConfig(rc)
+	c, err := kubeapi.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}

@@ -4,11 +4,11 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // EventConfig is rc limited as the kubelet's event client is: eventRecordQPS event
@@ -32,11 +32,11 @@ func EventConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration)
 // EventRecorder records events in the API as the kubelet does (source component
 // "kubelet", host nodeName), through a client of its own limited by EventConfig.
 func EventRecorder(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string) (record.EventRecorder, error) {
-	client, err := typedcorev1.NewForConfig(EventConfig(rc, kc))
+	client, err := kubeapi.NewForConfig(EventConfig(rc, kc))
 	if err != nil {
 		return nil, fmt.Errorf("event client: %w", err)
 	}
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName}), nil
+	b.StartRecordingToSink(kubeapi.EventSink{Client: client})
+	return b.NewRecorder(kubeapi.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName}), nil
 }

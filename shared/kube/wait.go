@@ -7,12 +7,12 @@ import (
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
@@ -74,7 +74,7 @@ func WaitForKubeconfig(ctx context.Context, paths *configv1.Paths, log *slog.Log
 // standalone node (no kubeconfig) it logs standalone, what the service then does
 // without the API server, and returns no client and no error. Any other error is the
 // configuration's, or ctx's.
-func ForNode(ctx context.Context, paths *configv1.Paths, kc *kubeletconfigv1beta1.KubeletConfiguration, component, standalone string, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
+func ForNode(ctx context.Context, paths *configv1.Paths, kc *kubeletconfigv1beta1.KubeletConfiguration, component, standalone string, log *slog.Logger) (kubeapi.Interface, *rest.Config, error) {
 	if err := WaitForKubeconfig(ctx, paths, log); err != nil {
 		return nil, nil, err
 	}

@@ -15,11 +15,16 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	certutil "k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // NewKey makes an ECDSA P-256 key, as the kubelet does, and its PEM encoding.
@@ -72,20 +77,71 @@ func ServingRequest(nodeName string, hostnames []string, ips []net.IP, d time.Du
 }
 
 // Submit creates the CSR for key and returns its name and UID.
-func Submit(ctx context.Context, c kubernetes.Interface, key crypto.Signer, r Request) (string, string, error) {
+func Submit(ctx context.Context, c kubeapi.Interface, key crypto.Signer, r Request) (string, string, error) {
 	der, err := certutil.MakeCSR(key, &r.Subject, r.DNSNames, r.IPs)
 	if err != nil {
 		return "", "", fmt.Errorf("make CSR: %w", err)
 	}
-	var d *time.Duration
-	if r.Duration > 0 {
-		d = &r.Duration
+	req := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    der,
+			SignerName: r.SignerName,
+			Usages:     r.Usages,
+		},
 	}
-	name, uid, err := csr.RequestCertificateWithContext(ctx, c, der, "", r.SignerName, d, r.Usages, key)
+	if r.Duration > 0 {
+		// The API's floor is 10 minutes; a shorter wish is the signer's to refuse.
+		seconds := int32(r.Duration / time.Second)
+		req.Spec.ExpirationSeconds = &seconds
+	}
+	created, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
 		return "", "", fmt.Errorf("create CSR for %s: %w", r.SignerName, err)
 	}
-	return name, string(uid), nil
+	return created.Name, string(created.UID), nil
+}
+
+// WaitForCertificate waits until the CSR name (of uid) is approved and its certificate
+// issued, and returns the certificate; a denied, failed, deleted or replaced CSR is an
+// error naming why.
+func WaitForCertificate(ctx context.Context, c kubeapi.Interface, name string, uid types.UID) ([]byte, error) {
+	csrs := c.CertificatesV1().CertificateSigningRequests()
+	byName := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.ListWatch(csrs, func(o *metav1.ListOptions) { o.FieldSelector = byName }), c)
+	var issued []byte
+	_, err := watchtools.UntilWithSync(ctx, lw, &certificatesv1.CertificateSigningRequest{}, nil, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return false, fmt.Errorf("CSR %s was deleted before a certificate was issued", name)
+		}
+		req, ok := ev.Object.(*certificatesv1.CertificateSigningRequest)
+		if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+			return false, nil
+		}
+		if req.UID != uid {
+			return false, fmt.Errorf("CSR %s was replaced (uid %s, ours %s)", name, req.UID, uid)
+		}
+		approved := false
+		for _, cond := range req.Status.Conditions {
+			switch cond.Type {
+			case certificatesv1.CertificateDenied:
+				return false, fmt.Errorf("certificate signing request is denied, reason: %s, message: %s", cond.Reason, cond.Message)
+			case certificatesv1.CertificateFailed:
+				return false, fmt.Errorf("certificate signing request failed, reason: %s, message: %s", cond.Reason, cond.Message)
+			case certificatesv1.CertificateApproved:
+				approved = true
+			}
+		}
+		if approved && len(req.Status.Certificate) > 0 {
+			issued = req.Status.Certificate
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return issued, nil
 }
 
 // Verify checks that an issued certificate belongs to key and is the one asked for: the
@@ -134,7 +190,7 @@ func Verify(certPEM []byte, key crypto.Signer, r Request, now time.Time) (*x509.
 // (or ctx ends, or the CSR is denied or fails). state reports each step for a visible
 // progress ("submitted csr-abc12, waiting for approval"). The result is verified against
 // the key and the request.
-func Issue(ctx context.Context, c kubernetes.Interface, r Request, state func(string)) (certPEM, keyPEM []byte, leaf *x509.Certificate, err error) {
+func Issue(ctx context.Context, c kubeapi.Interface, r Request, state func(string)) (certPEM, keyPEM []byte, leaf *x509.Certificate, err error) {
 	key, keyPEM, err := NewKey()
 	if err != nil {
 		return nil, nil, nil, err
@@ -146,7 +202,7 @@ func Issue(ctx context.Context, c kubernetes.Interface, r Request, state func(st
 	if state != nil {
 		state(fmt.Sprintf("submitted CSR %s (signer %s), waiting for approval and issuance", name, r.SignerName))
 	}
-	certPEM, err = csr.WaitForCertificate(ctx, c, name, types.UID(uid))
+	certPEM, err = WaitForCertificate(ctx, c, name, types.UID(uid))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("CSR %s: %w", name, err)
 	}

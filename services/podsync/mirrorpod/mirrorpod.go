@@ -13,10 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/unitlet/unitlet/services/podsync/podsource"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // ErrNodeNotRegistered is returned (wrapped) by Reconcile when a mirror pod must be created
@@ -25,13 +25,13 @@ var ErrNodeNotRegistered = errors.New("node is not registered yet")
 
 // Manager creates, recreates and deletes the node's mirror pods.
 type Manager struct {
-	client   kubernetes.Interface
+	client   kubeapi.Interface
 	nodeName string
 	log      *slog.Logger
 }
 
 // NewManager returns a Manager for the mirror pods of nodeName.
-func NewManager(client kubernetes.Interface, nodeName string, log *slog.Logger) *Manager {
+func NewManager(client kubeapi.Interface, nodeName string, log *slog.Logger) *Manager {
 	return &Manager{client: client, nodeName: nodeName, log: log}
 }
 

@@ -18,6 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/unitlet/unitlet/services/podsync/podsource"
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 const (
@@ -52,7 +53,7 @@ func mirrorPod(name, hash string, uid types.UID) *corev1.Pod {
 
 func newManager(objs ...runtime.Object) (*Manager, *fake.Clientset) {
 	client := fake.NewClientset(objs...)
-	return NewManager(client, nodeName, slog.New(slog.NewTextHandler(io.Discard, nil))), client
+	return NewManager(adapt.Clientset(client), nodeName, slog.New(slog.NewTextHandler(io.Discard, nil))), client
 }
 
 // podActions lists the create and delete calls on pods as "verb name".

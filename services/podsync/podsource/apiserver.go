@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // WatchAPI watches the pods bound to nodeName (field selector spec.nodeName) through an
@@ -24,13 +23,11 @@ import (
 // the complete set of mirror pods to mirrors and of all other pods to sink (source "api"),
 // each pod annotated with its source and the time this process first saw it. The informer
 // retries on its own through API server outages; the last sets stay meanwhile.
-func WatchAPI(ctx context.Context, client kubernetes.Interface, nodeName string, sink Sink, mirrors MirrorSink, log *slog.Logger) error {
+func WatchAPI(ctx context.Context, client kubeapi.Interface, nodeName string, sink Sink, mirrors MirrorSink, log *slog.Logger) error {
 	log = log.With("source", SourceAPI)
 	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
-		informers.WithTransform(kube.DropManagedFields))
-	informer := factory.Core().V1().Pods().Informer()
+	informer := kubeapi.NewInformer(client, client.CoreV1().Pods(""), &corev1.Pod{},
+		func(o *metav1.ListOptions) { o.FieldSelector = selector })
 
 	changed := make(chan struct{}, 1)
 	notify := func() {
@@ -46,8 +43,9 @@ func WatchAPI(ctx context.Context, client kubernetes.Interface, nodeName string,
 	}); err != nil {
 		return fmt.Errorf("watch pods of node %s: add event handler: %w", nodeName, err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	var running sync.WaitGroup
+	running.Go(func() { informer.RunWithContext(ctx) })
+	defer running.Wait()
 
 	log.Info("waiting for the pod informer to sync", "node", nodeName)
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {

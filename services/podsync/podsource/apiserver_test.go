@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 func apiPod(name string, mirror bool) *corev1.Pod {
@@ -37,7 +39,7 @@ func TestWatchAPI(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := WatchAPI(ctx, client, testNode, sinks.desired, sinks.mirrors, discardLogger()); err != nil {
+		if err := WatchAPI(ctx, adapt.Clientset(client), testNode, sinks.desired, sinks.mirrors, discardLogger()); err != nil {
 			t.Errorf("WatchAPI: %v", err)
 		}
 	}()

@@ -32,7 +32,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 // SourceAPI is podsync's source name for pods from the API server; "file" and "http" are
@@ -198,7 +198,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", m.o.NodeName).String()
 		}),
-		informers.WithTransform(kube.DropManagedFields))
+		informers.WithTransform(kubeapi.DropManagedFields))
 	pods := factory.Core().V1().Pods()
 	inf := pods.Informer()
 	m.lister = pods.Lister()

@@ -15,8 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/unitlet/unitlet/shared/kubeapi"
 )
 
 const (
@@ -37,7 +38,7 @@ const (
 // Manager fetches and caches service-account tokens for pods. It is safe for concurrent
 // use; requests for the same token are made one at a time.
 type Manager struct {
-	client kubernetes.Interface
+	client kubeapi.Interface
 	clock  clock.Clock
 	log    *slog.Logger
 
@@ -76,7 +77,7 @@ func WithLogger(log *slog.Logger) Option {
 
 // NewManager returns a Manager requesting tokens through client and reading time from
 // clock.
-func NewManager(client kubernetes.Interface, clock clock.Clock, opts ...Option) *Manager {
+func NewManager(client kubeapi.Interface, clock clock.Clock, opts ...Option) *Manager {
 	m := &Manager{
 		client: client,
 		clock:  clock,

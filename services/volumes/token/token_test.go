@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/unitlet/unitlet/shared/kubeapi/adapt"
 )
 
 // apiServer answers TokenRequests as the API server does, with its own clock.
@@ -100,7 +102,7 @@ func newTest(t *testing.T) (*Manager, *apiServer, *clocktesting.FakeClock) {
 	srv := &apiServer{clock: clk}
 	client := fake.NewClientset()
 	client.PrependReactor("create", "serviceaccounts", srv.react)
-	return NewManager(client, clk), srv, clk
+	return NewManager(adapt.Clientset(client), clk), srv, clk
 }
 
 func testPod(uid string) *corev1.Pod {

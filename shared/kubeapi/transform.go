@@ -1,4 +1,4 @@
-package kube
+package kubeapi
 
 import "k8s.io/apimachinery/pkg/api/meta"
 
