@@ -33,6 +33,7 @@ func floorRound(ctx context.Context, rt *harness.CRIClient, n int) (vsResult, er
 	names := podNames(prefix, n)
 
 	var mu sync.Mutex
+	ops := &floorOps{}
 	started := map[string]time.Time{}
 	begun := map[string]time.Time{}
 	pods := map[string]floorPod{}
@@ -42,7 +43,7 @@ func floorRound(ctx context.Context, rt *harness.CRIClient, n int) (vsResult, er
 	for i, name := range names {
 		wg.Go(func() {
 			t0 := time.Now()
-			p, err := floorStart(ctx, rt, name, fmt.Sprintf("floor-%d-%03d", n, i), filepath.Join(logs, name))
+			p, err := floorStart(ctx, rt, ops, name, fmt.Sprintf("floor-%d-%03d", n, i), filepath.Join(logs, name))
 			mu.Lock()
 			defer mu.Unlock()
 			begun[name] = t0
@@ -56,6 +57,7 @@ func floorRound(ctx context.Context, rt *harness.CRIClient, n int) (vsResult, er
 	}
 	wg.Wait()
 	r.start, r.allRunning = since(begun, started), latest(started).Sub(first)
+	r.breakdown = ops.steps(n)
 
 	delStart := time.Now()
 	for name, p := range pods {
@@ -78,9 +80,43 @@ func floorRound(ctx context.Context, rt *harness.CRIClient, n int) (vsResult, er
 // floorPod is a floor pod's sandbox and container IDs.
 type floorPod struct{ sandbox, container string }
 
+// floorOps times the floor's CRI calls, as kubelet_runtime_operations_duration_seconds
+// times unitlet's, for the same lines of the start breakdown.
+type floorOps struct {
+	mu    sync.Mutex
+	count map[string]int
+	sum   map[string]time.Duration
+}
+
+// timed runs call as operation op and records how long it took.
+func (o *floorOps) timed(op string, call func() error) error {
+	t0 := time.Now()
+	err := call()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.count == nil {
+		o.count, o.sum = map[string]int{}, map[string]time.Duration{}
+	}
+	o.count[op]++
+	o.sum[op] += time.Since(t0)
+	return err
+}
+
+// steps are the calls' means, as podBreakdown's CRI lines, for pods pods.
+func (o *floorOps) steps(pods int) []breakdownStep {
+	var steps []breakdownStep
+	for _, op := range []string{"run_podsandbox", "create_container", "start_container"} {
+		if n := o.count[op]; n > 0 {
+			steps = append(steps, breakdownStep{name: "CRI " + op, count: uint64(n), mean: o.sum[op].Seconds() / float64(n),
+				perPod: float64(n) / float64(pods), total: o.sum[op].Seconds()})
+		}
+	}
+	return steps
+}
+
 // floorStart runs one pod as an agent would ask it of the runtime: a sandbox on the pod
 // network, then the busybox container with the benchmark's command.
-func floorStart(ctx context.Context, rt *harness.CRIClient, name, uid, logDir string) (p floorPod, err error) {
+func floorStart(ctx context.Context, rt *harness.CRIClient, ops *floorOps, name, uid, logDir string) (p floorPod, err error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return p, err
 	}
@@ -90,12 +126,15 @@ func floorStart(ctx context.Context, rt *harness.CRIClient, name, uid, logDir st
 		LogDirectory: logDir,
 		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
 	}
-	sb, err := rt.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandboxConfig})
-	if err != nil {
+	var sb *runtimeapi.RunPodSandboxResponse
+	if err := ops.timed("run_podsandbox", func() (err error) {
+		sb, err = rt.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandboxConfig})
+		return err
+	}); err != nil {
 		return p, fmt.Errorf("RunPodSandbox: %w", err)
 	}
 	p.sandbox = sb.PodSandboxId
-	ctr, err := rt.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+	create := &runtimeapi.CreateContainerRequest{
 		PodSandboxId: p.sandbox,
 		Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
@@ -105,12 +144,19 @@ func floorStart(ctx context.Context, rt *harness.CRIClient, name, uid, logDir st
 			Linux:    &runtimeapi.LinuxContainerConfig{},
 		},
 		SandboxConfig: sandboxConfig,
-	})
-	if err != nil {
+	}
+	var ctr *runtimeapi.CreateContainerResponse
+	if err := ops.timed("create_container", func() (err error) {
+		ctr, err = rt.Runtime.CreateContainer(ctx, create)
+		return err
+	}); err != nil {
 		return p, fmt.Errorf("CreateContainer: %w", err)
 	}
 	p.container = ctr.ContainerId
-	if _, err := rt.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container}); err != nil {
+	if err := ops.timed("start_container", func() error {
+		_, err := rt.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container})
+		return err
+	}); err != nil {
 		return p, fmt.Errorf("StartContainer: %w", err)
 	}
 	return p, nil

@@ -407,9 +407,19 @@ func printVs(runtime string, results []vsResult) {
 		fmt.Printf("unitlet RSS at 100 pods, MiB (medians): %s; summed %.1f\n", strings.Join(parts, ", "), med(u100, rss)/(1<<20))
 	}
 
-	if g := groups[u100]; len(g) > 0 && len(g[0].breakdown) > 0 {
-		fmt.Println("where a unitlet pod's start went at 100 pods (means, medians of the rounds; create → running in the API:",
-			fmt.Sprintf("%.2f s):", med(u100, func(r vsResult) float64 { return r.start.mean().Seconds() })))
+	// Where the start time went at 100 pods, for unitlet and for the floor's bare CRI calls.
+	for _, agent := range []string{"unitlet", "floor"} {
+		k := key{agent, 100}
+		g := groups[k]
+		if len(g) == 0 || len(g[0].breakdown) == 0 {
+			continue
+		}
+		span := "create → running in the API"
+		if agent == "floor" {
+			span = "RunPodSandbox → container started"
+		}
+		fmt.Printf("where a %s pod's start went at 100 pods (means, medians of the rounds; %s: %.2f s):\n",
+			agent, span, med(k, func(r vsResult) float64 { return r.start.mean().Seconds() }))
 		means, perPod := map[string][]float64{}, map[string][]float64{}
 		for _, r := range g {
 			for _, st := range r.breakdown {
