@@ -1,0 +1,360 @@
+// Package debtest checks the Debian packages `make deb` built (UNITLET_DIST_DIR, else the
+// repository's dist/): what each holds, its version and its dependencies, read back with
+// dpkg-deb as apt would. `make deb-check` runs it after lintian.
+package debtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// services are the service packages, unitlet-<svc>.
+var services = []string{"config", "certs", "podsync", "status", "volumes", "eviction"}
+
+// unitDir is where a package puts its systemd units.
+const unitDir = "usr/lib/systemd/system"
+
+// deb is one package, extracted: its control fields and files.
+type deb struct {
+	fields map[string]string
+	root   string // the extracted tree; DEBIAN/ holds the control files
+}
+
+func TestServicePackages(t *testing.T) {
+	repo, version := repoAndVersion(t)
+	for _, svc := range services {
+		t.Run(svc, func(t *testing.T) {
+			name := "unitlet-" + svc
+			d := open(t, repo, name, version, hostArch(t))
+
+			// The units are systemd/'s, and the binary is where ExecStart= runs it.
+			for _, unit := range []string{name + ".service", name + ".socket"} {
+				d.sameAs(t, filepath.Join(unitDir, unit), filepath.Join(repo, "systemd", unit))
+			}
+			execStart := strings.Fields(d.unitValue(t, filepath.Join(unitDir, name+".service"), "ExecStart"))[0]
+			if execStart != "/usr/bin/"+name {
+				t.Errorf("%s.service: ExecStart= runs %s, want /usr/bin/%s", name, execStart, name)
+			}
+			if fi, err := os.Stat(filepath.Join(d.root, execStart)); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+				t.Errorf("%s: no executable %s, which its unit's ExecStart= runs (%v)", name, execStart, err)
+			}
+			d.sameAs(t, "usr/lib/sysusers.d/"+name+".conf", filepath.Join(repo, "deploy", "sysusers.d", "unitlet.conf"))
+
+			// The shared configuration is unitlet-config's conffile, root's alone.
+			if svc == "config" {
+				d.wantConffiles(t, "/etc/unitlet/config.yaml")
+				d.sameAs(t, "etc/unitlet/config.yaml", filepath.Join(repo, "deploy", "config.yaml"))
+				if fi, err := os.Stat(filepath.Join(d.root, "etc/unitlet/config.yaml")); err == nil && fi.Mode().Perm() != 0o600 {
+					t.Errorf("%s: /etc/unitlet/config.yaml is %v, want 0600", name, fi.Mode().Perm())
+				}
+			} else {
+				d.wantConffiles(t)
+			}
+
+			// The maintainer scripts act on this service alone: an upgrade restarts it and
+			// nothing else.
+			postinst := code(d.script(t, "postinst"))
+			for _, want := range []string{
+				"deb-systemd-helper enable " + name + ".socket",
+				"deb-systemd-invoke try-restart " + name + ".service",
+				"systemd-sysusers ${DPKG_ROOT:+--root=\"$DPKG_ROOT\"} " + name + ".conf",
+			} {
+				if !strings.Contains(postinst, want) {
+					t.Errorf("%s: postinst lacks %q", name, want)
+				}
+			}
+			if strings.Count(postinst, "try-restart") != 1 || strings.Contains(postinst, " restart ") {
+				t.Errorf("%s: postinst restarts more than its own service once:\n%s", name, postinst)
+			}
+			if !strings.Contains(code(d.script(t, "prerm")), "deb-systemd-invoke stop "+name+".service "+name+".socket") {
+				t.Errorf("%s: prerm does not stop its service and socket on removal", name)
+			}
+			for _, script := range []string{"postinst", "prerm", "postrm"} {
+				for _, m := range unitNameRE.FindAllStringSubmatch(code(d.script(t, script)), -1) {
+					if m[1] != svc {
+						t.Errorf("%s: its %s acts on %s, another package's unit", name, script, m[0])
+					}
+				}
+			}
+
+			// It provides the bus API it serves, at each version in proto/, and states the
+			// ones its code calls: Depends, or Recommends for those it uses when their
+			// socket is there.
+			wantProvides := busAPIs(t, repo, svc)
+			if got := list(d.fields["Provides"]); !slices.Equal(got, wantProvides) {
+				t.Errorf("%s: Provides: %v, want %v", name, got, wantProvides)
+			}
+			depends, recommends := list(d.fields["Depends"]), list(d.fields["Recommends"])
+			if !slices.Contains(depends, "systemd") {
+				t.Errorf("%s: Depends: %v lacks systemd", name, depends)
+			}
+			var stated []string
+			for _, p := range slices.Concat(depends, recommends) {
+				if strings.HasPrefix(p, "unitlet-bus-") {
+					stated = append(stated, p)
+				}
+			}
+			slices.Sort(stated)
+			if want := calledAPIs(t, repo, svc); !slices.Equal(stated, want) {
+				t.Errorf("%s: Depends and Recommends state the bus APIs %v; its code calls %v", name, stated, want)
+			}
+			if svc != "config" && !slices.Contains(depends, "unitlet-bus-config-v1") {
+				t.Errorf("%s: Depends: %v lacks unitlet-bus-config-v1: every service reads its configuration from unitlet-config", name, depends)
+			}
+		})
+	}
+}
+
+func TestUnitletctlPackage(t *testing.T) {
+	repo, version := repoAndVersion(t)
+	d := open(t, repo, "unitletctl", version, hostArch(t))
+	if fi, err := os.Stat(filepath.Join(d.root, "usr/bin/unitletctl")); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		t.Errorf("unitletctl: no executable /usr/bin/unitletctl (%v)", err)
+	}
+	if depends := list(d.fields["Depends"]); !slices.Contains(depends, "unitlet-bus-config-v1") {
+		t.Errorf("unitletctl: Depends: %v lacks unitlet-bus-config-v1", depends)
+	}
+	d.wantConffiles(t)
+}
+
+func TestMetaPackage(t *testing.T) {
+	repo, version := repoAndVersion(t)
+	d := open(t, repo, "unitlet", version, "all")
+	want := []string{"unitletctl"}
+	for _, svc := range services {
+		want = append(want, "unitlet-"+svc)
+	}
+	for _, p := range want {
+		if !slices.Contains(list(d.fields["Depends"]), p) {
+			t.Errorf("unitlet: Depends: %q lacks %s", d.fields["Depends"], p)
+		}
+	}
+	d.sameAs(t, filepath.Join(unitDir, "unitlet.target"), filepath.Join(repo, "systemd", "unitlet.target"))
+	postinst := code(d.script(t, "postinst"))
+	if !strings.Contains(postinst, "deb-systemd-helper enable unitlet.target") {
+		t.Errorf("unitlet: postinst does not enable unitlet.target:\n%s", postinst)
+	}
+	if strings.Contains(postinst, "deb-systemd-invoke") || regexp.MustCompile(`systemctl.* (re)?start`).MatchString(postinst) {
+		t.Errorf("unitlet: postinst starts or restarts units; each service package restarts its own:\n%s", postinst)
+	}
+	d.wantConffiles(t)
+}
+
+// unitNameRE finds a unitlet service's unit named in a maintainer script.
+var unitNameRE = regexp.MustCompile(`unitlet-([a-z]+)\.(?:service|socket)`)
+
+// open finds NAME's package of VERSION for ARCH in the dist directory and extracts it.
+func open(t *testing.T, repo, name, version, arch string) deb {
+	t.Helper()
+	dist := os.Getenv("UNITLET_DIST_DIR")
+	if dist == "" {
+		dist = filepath.Join(repo, "dist")
+	}
+	// dpkg-deb names the file without the epoch; the version has none.
+	path := filepath.Join(dist, fmt.Sprintf("%s_%s_%s.deb", name, version, arch))
+	if _, err := os.Stat(path); err != nil {
+		have, _ := filepath.Glob(filepath.Join(dist, name+"_*.deb"))
+		t.Fatalf("no %s (the package of this checkout, version %s): run `make deb` (found: %v)", path, version, have)
+	}
+	root := t.TempDir()
+	run(t, "", "dpkg-deb", "--raw-extract", path, root)
+	fields := map[string]string{}
+	control, err := os.ReadFile(filepath.Join(root, "DEBIAN", "control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for _, line := range strings.Split(string(control), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, " ") {
+			key = k
+			fields[key] = strings.TrimSpace(v)
+		} else if key != "" && line != "" {
+			fields[key] += "\n" + line
+		}
+	}
+	d := deb{fields: fields, root: root}
+	if fields["Package"] != name || fields["Version"] != version || fields["Architecture"] != arch {
+		t.Errorf("%s: Package %q, Version %q, Architecture %q; want %s, %s, %s", path, fields["Package"], fields["Version"], fields["Architecture"], name, version, arch)
+	}
+	return d
+}
+
+// sameAs fails unless the package's file PATH has the repository file's contents; a unit
+// must be root's alone (0600, CIS 4.1.1, which `unitletctl cis` checks).
+func (d deb) sameAs(t *testing.T, path, repoFile string) {
+	t.Helper()
+	got, err := os.ReadFile(filepath.Join(d.root, path))
+	if err != nil {
+		t.Errorf("%s: no /%s: %v", d.fields["Package"], path, err)
+		return
+	}
+	if fi, err := os.Stat(filepath.Join(d.root, path)); err == nil && strings.HasPrefix(path, unitDir) && fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: /%s is %v, want 0600 (CIS 4.1.1)", d.fields["Package"], path, fi.Mode().Perm())
+	}
+	want, err := os.ReadFile(repoFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: /%s differs from %s (a stale package? run `make deb`)", d.fields["Package"], path, repoFile)
+	}
+}
+
+// unitValue is the value of KEY= in the package's unit PATH.
+func (d deb) unitValue(t *testing.T, path, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.root, path))
+	if err != nil {
+		t.Fatalf("%s: %v", d.fields["Package"], err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s: /%s has no %s=", d.fields["Package"], path, key)
+	return ""
+}
+
+// wantConffiles fails unless the package's conffiles are exactly WANT.
+func (d deb) wantConffiles(t *testing.T, want ...string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.root, "DEBIAN", "conffiles"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(b)); !slices.Equal(got, want) {
+		t.Errorf("%s: conffiles %v, want %v", d.fields["Package"], got, want)
+	}
+}
+
+// script is the package's maintainer script NAME, after sh -n found it well formed.
+func (d deb) script(t *testing.T, name string) string {
+	t.Helper()
+	path := filepath.Join(d.root, "DEBIAN", name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%s: no %s: %v", d.fields["Package"], name, err)
+	}
+	run(t, "", "sh", "-n", path)
+	return string(b)
+}
+
+// code is a shell script without its comment lines.
+func code(script string) string {
+	var lines []string
+	for _, line := range strings.Split(script, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// list splits a Depends-like field into its package names, versions dropped.
+func list(field string) []string {
+	var names []string
+	for _, item := range strings.Split(field, ",") {
+		if name := strings.Fields(item); len(name) > 0 {
+			names = append(names, name[0])
+		}
+	}
+	return names
+}
+
+// busAPIs are the virtual packages of SVC's bus API: unitlet-bus-<svc>-<version> for each
+// version directory under proto/unitlet/<svc>/.
+func busAPIs(t *testing.T, repo, svc string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(repo, "proto", "unitlet", svc, "v*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no bus API versions in proto/unitlet/%s (%v)", svc, err)
+	}
+	var apis []string
+	for _, d := range dirs {
+		apis = append(apis, "unitlet-bus-"+svc+"-"+filepath.Base(d))
+	}
+	return apis
+}
+
+// calledAPIs are the other services' bus APIs SVC's code imports (services/<svc>/...,
+// not its tests), as virtual package names; every service but config reads its
+// configuration through shared/nodeconfig, which calls unitlet-config. unitlet.daemon.v1
+// is every service's own (health, info) and no package's.
+func calledAPIs(t *testing.T, repo, svc string) []string {
+	t.Helper()
+	out := run(t, repo, "go", "list", "-f", `{{join .Imports "\n"}}`, "github.com/unitlet/unitlet/services/"+svc+"/...")
+	const proto = "github.com/unitlet/unitlet/proto/unitlet/"
+	var apis []string
+	for _, imp := range strings.Split(out, "\n") {
+		if imp == "github.com/unitlet/unitlet/shared/nodeconfig" {
+			imp = proto + "config/v1"
+		}
+		api, ok := strings.CutPrefix(imp, proto)
+		if !ok {
+			continue
+		}
+		owner, version, _ := strings.Cut(api, "/")
+		if owner == svc || owner == "daemon" {
+			continue
+		}
+		apis = append(apis, "unitlet-bus-"+owner+"-"+version)
+	}
+	slices.Sort(apis)
+	return slices.Compact(apis)
+}
+
+// repoAndVersion are the repository's root and the packages' Debian version by the rule of
+// README.md's "Debian packages", from git describe and the commit's time.
+func repoAndVersion(t *testing.T) (string, string) {
+	t.Helper()
+	repo := strings.TrimSpace(run(t, "", "git", "rev-parse", "--show-toplevel"))
+	describe := strings.TrimSpace(run(t, repo, "git", "describe", "--tags", "--always", "--dirty"))
+	secs, err := strconv.ParseInt(strings.TrimSpace(run(t, repo, "git", "log", "-1", "--format=%ct")), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	date := time.Unix(secs, 0).UTC().Format("20060102150405")
+	suffix := ""
+	if d, ok := strings.CutSuffix(describe, "-dirty"); ok {
+		describe, suffix = d, "+dirty"
+	}
+	tagVersion := func(tag string) string { return strings.ReplaceAll(strings.TrimPrefix(tag, "v"), "-", "~") }
+	if m := regexp.MustCompile(`^(.+)-([0-9]+)-g([0-9a-f]+)$`).FindStringSubmatch(describe); m != nil {
+		return repo, tagVersion(m[1]) + "+git" + date + "." + m[2] + "." + m[3] + suffix
+	}
+	if exec.Command("git", "-C", repo, "rev-parse", "-q", "--verify", "refs/tags/"+describe).Run() != nil {
+		return repo, "0.0.0~git" + date + "." + describe + suffix
+	}
+	return repo, tagVersion(describe) + suffix
+}
+
+// hostArch is the Debian architecture the service packages are built for.
+func hostArch(t *testing.T) string {
+	t.Helper()
+	return strings.TrimSpace(run(t, "", "dpkg", "--print-architecture"))
+}
+
+// run runs a command in DIR and returns its standard output; it fails the test naming the
+// command and what it printed.
+func run(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
