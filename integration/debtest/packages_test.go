@@ -155,10 +155,7 @@ var unitNameRE = regexp.MustCompile(`unitlet-([a-z]+)\.(?:service|socket)`)
 // open finds NAME's package of VERSION for ARCH in the dist directory and extracts it.
 func open(t *testing.T, repo, name, version, arch string) deb {
 	t.Helper()
-	dist := os.Getenv("UNITLET_DIST_DIR")
-	if dist == "" {
-		dist = filepath.Join(repo, "dist")
-	}
+	dist := distDir(repo)
 	// dpkg-deb names the file without the epoch; the version has none.
 	path := filepath.Join(dist, fmt.Sprintf("%s_%s_%s.deb", name, version, arch))
 	if _, err := os.Stat(path); err != nil {
@@ -186,6 +183,14 @@ func open(t *testing.T, repo, name, version, arch string) deb {
 		t.Errorf("%s: Package %q, Version %q, Architecture %q; want %s, %s, %s", path, fields["Package"], fields["Version"], fields["Architecture"], name, version, arch)
 	}
 	return d
+}
+
+// distDir is where `make deb` put the packages.
+func distDir(repo string) string {
+	if dist := os.Getenv("UNITLET_DIST_DIR"); dist != "" {
+		return dist
+	}
+	return filepath.Join(repo, "dist")
 }
 
 // sameAs fails unless the package's file PATH has the repository file's contents; a unit
@@ -357,4 +362,184 @@ func run(t *testing.T, dir, name string, args ...string) string {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out)
+}
+
+// A real dpkg installs every package into an empty root (--root, the maintainer scripts run
+// outside it with DPKG_ROOT set, as in a bootstrap): the unitlet group, the sockets and
+// unitlet.target enabled, the conffile kept across a reinstall with the administrator's
+// change, and a purge that deletes the purged service's state and nobody else's.
+func TestInstallReinstallPurge(t *testing.T) {
+	requireRoot(t)
+	repo, version := repoAndVersion(t)
+	arch := hostArch(t)
+	root := t.TempDir()
+	for _, dir := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"} {
+		mkdirAll(t, filepath.Join(root, dir))
+	}
+	writeFile(t, filepath.Join(root, "var/lib/dpkg/status"), "")
+	writeFile(t, filepath.Join(root, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")
+	writeFile(t, filepath.Join(root, "etc/group"), "root:x:0:\n")
+	pkg := func(name, arch string) string {
+		return filepath.Join(distDir(repo), fmt.Sprintf("%s_%s_%s.deb", name, version, arch))
+	}
+	// libc6 and systemd are not in the empty root's database: --force-depends.
+	dpkg := func(args ...string) {
+		t.Helper()
+		run(t, "", "dpkg", slices.Concat([]string{"--root=" + root, "--force-script-chrootless", "--force-depends", "--log=/dev/null"}, args)...)
+	}
+	debs := []string{pkg("unitlet", "all"), pkg("unitletctl", arch)}
+	for _, svc := range services {
+		debs = append(debs, pkg("unitlet-"+svc, arch))
+	}
+	dpkg(append([]string{"--install"}, debs...)...)
+
+	group, err := os.ReadFile(filepath.Join(root, "etc/group"))
+	if err != nil || !regexp.MustCompile(`(?m)^unitlet:x:[0-9]+:`).Match(group) {
+		t.Errorf("no unitlet group after the install (%v):\n%s", err, group)
+	}
+	enabled := func(link string) bool {
+		_, err := os.Lstat(filepath.Join(root, "etc/systemd/system", link))
+		return err == nil
+	}
+	for _, svc := range services {
+		if !enabled("unitlet.target.wants/unitlet-" + svc + ".socket") {
+			t.Errorf("unitlet-%s.socket is not enabled after the install", svc)
+		}
+	}
+	if !enabled("multi-user.target.wants/unitlet.target") {
+		t.Error("unitlet.target is not enabled after the install")
+	}
+
+	// The administrator's change to the conffile survives a reinstall of unitlet-config.
+	config := filepath.Join(root, "etc/unitlet/config.yaml")
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, config, string(b)+"# changed here\n")
+	dpkg("--install", pkg("unitlet-config", arch))
+	if b, _ := os.ReadFile(config); !strings.HasSuffix(string(b), "# changed here\n") {
+		t.Errorf("reinstalling unitlet-config replaced the changed /etc/unitlet/config.yaml:\n%s", b)
+	}
+
+	// Each service's state, the shared pods' directory, and a purge of podsync, then of config.
+	state := map[string][]string{
+		"config":   {"var/lib/unitlet/checkpoints", "var/lib/unitlet/unitlet-config.lock"},
+		"podsync":  {"var/lib/unitlet/podsync", "var/lib/unitlet/image_manager"},
+		"eviction": {"var/lib/unitlet/eviction"},
+		"":         {"var/lib/unitlet/pods/a-pod"},
+	}
+	for _, paths := range state {
+		for _, p := range paths {
+			mkdirAll(t, filepath.Join(root, p))
+		}
+	}
+	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(root, p)); return err == nil }
+	var purged []string
+	for _, svc := range []string{"podsync", "config"} {
+		dpkg("--purge", "unitlet-"+svc)
+		purged = append(purged, svc)
+		for owner, paths := range state {
+			for _, p := range paths {
+				if want := !slices.Contains(purged, owner); exists(p) != want {
+					t.Errorf("after purging %v: /%s exists: %v, want %v", purged, p, exists(p), want)
+				}
+			}
+		}
+		if enabled("unitlet.target.wants/unitlet-" + svc + ".socket") {
+			t.Errorf("unitlet-%s.socket is still enabled after its purge", svc)
+		}
+	}
+	if exists("etc/unitlet/config.yaml") {
+		t.Error("/etc/unitlet/config.yaml is still there after unitlet-config's purge")
+	}
+	if !enabled("unitlet.target.wants/unitlet-status.socket") {
+		t.Error("purging other packages disabled unitlet-status.socket")
+	}
+}
+
+// requireRoot fails the test unless it runs as root: dpkg installs as root, and the
+// maintainer scripts run in a mount namespace of their own.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test installs packages with dpkg: run it as root (make deb-check does, on the machines make test runs on)")
+	}
+}
+
+func mkdirAll(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each service's maintainer scripts, run as on a systemd host (a mount namespace of their
+// own with /run/systemd/system, the systemd and debhelper commands replaced by stand-ins
+// that log their arguments): a first install starts the service's socket, an upgrade
+// restarts that one service if it runs, a removal stops it and its socket, an upgrade's
+// prerm stops nothing; no script names another service's unit.
+func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
+	requireRoot(t)
+	repo, version := repoAndVersion(t)
+	stubs := t.TempDir()
+	log := filepath.Join(t.TempDir(), "calls")
+	for _, cmd := range []string{"deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers"} {
+		if err := os.WriteFile(filepath.Join(stubs, cmd), []byte("#!/bin/sh\necho \"${0##*/} $*\" >>"+log+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, svc := range services {
+		name := "unitlet-" + svc
+		d := open(t, repo, name, version, hostArch(t))
+		for _, c := range []struct {
+			script string
+			args   []string
+			want   []string // the deb-systemd-invoke calls
+		}{
+			{"postinst", []string{"configure", ""}, []string{"start " + name + ".socket"}},
+			{"postinst", []string{"configure", "0.0.0~old"}, []string{"try-restart " + name + ".service"}},
+			{"prerm", []string{"upgrade", version}, nil},
+			{"prerm", []string{"remove"}, []string{"stop " + name + ".service " + name + ".socket"}},
+			{"postrm", []string{"remove"}, nil},
+		} {
+			if err := os.Remove(log); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			// unshare(1) makes the namespace's mounts private: the tmpfs on /run is the
+			// script's alone.
+			cmd := exec.Command("unshare", slices.Concat([]string{"--mount", "sh", "-c",
+				`mount -t tmpfs unitlet-debtest /run && mkdir -p /run/systemd/system && exec sh "$@"`, "sh",
+				filepath.Join(d.root, "DEBIAN", c.script)}, c.args)...)
+			cmd.Env = append(os.Environ(), "PATH="+stubs+":"+os.Getenv("PATH"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s %s %v: %v\n%s", name, c.script, c.args, err, out)
+			}
+			b, err := os.ReadFile(log)
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			var invoked []string
+			for _, call := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				if rest, ok := strings.CutPrefix(call, "deb-systemd-invoke "); ok {
+					invoked = append(invoked, rest)
+				}
+				for _, m := range unitNameRE.FindAllStringSubmatch(call, -1) {
+					if m[1] != svc {
+						t.Errorf("%s %s %v: %q acts on another package's unit", name, c.script, c.args, call)
+					}
+				}
+			}
+			if !slices.Equal(invoked, c.want) {
+				t.Errorf("%s %s %v: deb-systemd-invoke %q, want %q (all calls:\n%s)", name, c.script, c.args, invoked, c.want, b)
+			}
+		}
+	}
 }
