@@ -318,13 +318,20 @@ func calledAPIs(t *testing.T, repo, svc string) []string {
 	return slices.Compact(apis)
 }
 
-// repoAndVersion are the repository's root and the packages' Debian version by the rule of
-// README.md's "Debian packages", from git describe and the commit's time.
+// repoAndVersion are the repository's root and the packages' Debian version.
 func repoAndVersion(t *testing.T) (string, string) {
 	t.Helper()
 	repo := strings.TrimSpace(run(t, "", "git", "rev-parse", "--show-toplevel"))
-	describe := strings.TrimSpace(run(t, repo, "git", "describe", "--tags", "--always", "--dirty"))
-	secs, err := strconv.ParseInt(strings.TrimSpace(run(t, repo, "git", "log", "-1", "--format=%ct")), 10, 64)
+	return repo, gitVersion(t, repo)
+}
+
+// gitVersion is the Debian version of the checkout in DIR by the rule of README.md's
+// "Debian packages", from git describe and the commit's time: written again here, apart
+// from deploy/deb/version.sh, so that each checks the other.
+func gitVersion(t *testing.T, dir string) string {
+	t.Helper()
+	describe := strings.TrimSpace(run(t, dir, "git", "describe", "--tags", "--always", "--dirty"))
+	secs, err := strconv.ParseInt(strings.TrimSpace(run(t, dir, "git", "log", "-1", "--format=%ct")), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,12 +342,12 @@ func repoAndVersion(t *testing.T) (string, string) {
 	}
 	tagVersion := func(tag string) string { return strings.ReplaceAll(strings.TrimPrefix(tag, "v"), "-", "~") }
 	if m := regexp.MustCompile(`^(.+)-([0-9]+)-g([0-9a-f]+)$`).FindStringSubmatch(describe); m != nil {
-		return repo, tagVersion(m[1]) + "+git" + date + "." + m[2] + "." + m[3] + suffix
+		return tagVersion(m[1]) + "+git" + date + "." + m[2] + "." + m[3] + suffix
 	}
-	if exec.Command("git", "-C", repo, "rev-parse", "-q", "--verify", "refs/tags/"+describe).Run() != nil {
-		return repo, "0.0.0~git" + date + "." + describe + suffix
+	if exec.Command("git", "-C", dir, "rev-parse", "-q", "--verify", "refs/tags/"+describe).Run() != nil {
+		return "0.0.0~git" + date + "." + describe + suffix
 	}
-	return repo, tagVersion(describe) + suffix
+	return tagVersion(describe) + suffix
 }
 
 // hostArch is the Debian architecture the service packages are built for.
@@ -362,6 +369,63 @@ func run(t *testing.T, dir, name string, args ...string) string {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out)
+}
+
+// deploy/deb/version.sh, in a repository of its own through the cases of README.md's table
+// (no tag, uncommitted changes, on a tag, commits after it, a pre-release tag), gives the
+// versions the table says, which this test's rule gives too, and which dpkg orders as the
+// commits.
+func TestVersionRule(t *testing.T) {
+	repo := strings.TrimSpace(run(t, "", "git", "rev-parse", "--show-toplevel"))
+	script, err := os.ReadFile(filepath.Join(repo, "deploy/deb/version.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mkdirAll(t, filepath.Join(dir, "deploy/deb"))
+	if err := os.WriteFile(filepath.Join(dir, "deploy/deb/version.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_GLOBAL": "/dev/null"} {
+		t.Setenv(k, v)
+	}
+	git := func(args ...string) string { t.Helper(); return strings.TrimSpace(run(t, dir, "git", args...)) }
+	commit := func(date string) string {
+		t.Helper()
+		t.Setenv("GIT_COMMITTER_DATE", date)
+		t.Setenv("GIT_AUTHOR_DATE", date)
+		git("commit", "-q", "--allow-empty", "-m", date)
+		return git("rev-parse", "--short", "HEAD")
+	}
+	git("init", "-q")
+	git("add", ".")
+	a := commit("2026-01-02T03:04:05Z")
+	var versions []string
+	check := func(want string) {
+		t.Helper()
+		got := strings.TrimSpace(run(t, dir, filepath.Join(dir, "deploy/deb/version.sh")))
+		if got != want || gitVersion(t, dir) != want {
+			t.Errorf("git describe %s: version.sh says %q, the test's rule %q; want %q", git("describe", "--tags", "--always", "--dirty"), got, gitVersion(t, dir), want)
+		}
+		run(t, "", "dpkg", "--validate-version", want)
+		versions = append(versions, want)
+	}
+	check("0.0.0~git20260102030405." + a)
+	writeFile(t, filepath.Join(dir, "deploy/deb/version.sh"), string(script)+"\n")
+	check("0.0.0~git20260102030405." + a + "+dirty")
+	git("checkout", "-q", "--", ".")
+	git("tag", "v1.2.0")
+	check("1.2.0")
+	b := commit("2026-02-03T04:05:06Z")
+	check("1.2.0+git20260203040506.1." + b)
+	git("tag", "v1.3.0-rc.1")
+	check("1.3.0~rc.1")
+	// The dirty build sorts after its clean one; each later commit or tag after the earlier.
+	for i := 1; i < len(versions); i++ {
+		if exec.Command("dpkg", "--compare-versions", versions[i-1], "lt", versions[i]).Run() != nil {
+			t.Errorf("dpkg does not order %s before %s", versions[i-1], versions[i])
+		}
+	}
 }
 
 // A real dpkg installs every package into an empty root (--root, the maintainer scripts run
