@@ -1,6 +1,7 @@
 // Package debtest checks the Debian packages `make deb` built (UNITLET_DIST_DIR, else the
 // repository's dist/): what each holds, its version and its dependencies, read back with
-// dpkg-deb as apt would. `make deb-check` runs it after lintian.
+// dpkg-deb; a dpkg install, reinstall and purge into an empty root; each service's
+// maintainer scripts as on a systemd host. `make deb-check` runs it after lintian.
 package debtest
 
 import (
@@ -17,8 +18,20 @@ import (
 	"time"
 )
 
-// services are the service packages, unitlet-<svc>.
-var services = []string{"config", "certs", "podsync", "status", "volumes", "eviction"}
+// services are the services of systemd/ (a unitlet-<svc>.service each), so a new service
+// without its package fails here.
+func services(t *testing.T, repo string) []string {
+	t.Helper()
+	units, err := filepath.Glob(filepath.Join(repo, "systemd", "unitlet-*.service"))
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no unitlet-*.service in %s/systemd (%v)", repo, err)
+	}
+	var names []string
+	for _, u := range units {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(u), "unitlet-"), ".service"))
+	}
+	return names
+}
 
 // unitDir is where a package puts its systemd units.
 const unitDir = "usr/lib/systemd/system"
@@ -29,9 +42,12 @@ type deb struct {
 	root   string // the extracted tree; DEBIAN/ holds the control files
 }
 
+// Each service's package: its units as systemd/ has them, the binary where ExecStart= runs
+// it, its sysusers entry, the conffile in unitlet-config only, maintainer scripts that name
+// only its own units, and the bus APIs it provides and calls.
 func TestServicePackages(t *testing.T) {
 	repo, version := repoAndVersion(t)
-	for _, svc := range services {
+	for _, svc := range services(t, repo) {
 		t.Run(svc, func(t *testing.T) {
 			name := "unitlet-" + svc
 			d := open(t, repo, name, version, hostArch(t))
@@ -114,6 +130,7 @@ func TestServicePackages(t *testing.T) {
 	}
 }
 
+// unitletctl's package: the binary, and the bus API every node serves.
 func TestUnitletctlPackage(t *testing.T) {
 	repo, version := repoAndVersion(t)
 	d := open(t, repo, "unitletctl", version, hostArch(t))
@@ -126,11 +143,12 @@ func TestUnitletctlPackage(t *testing.T) {
 	d.wantConffiles(t)
 }
 
+// The unitlet meta-package: every other package, unitlet.target, enabled and not started.
 func TestMetaPackage(t *testing.T) {
 	repo, version := repoAndVersion(t)
 	d := open(t, repo, "unitlet", version, "all")
 	want := []string{"unitletctl"}
-	for _, svc := range services {
+	for _, svc := range services(t, repo) {
 		want = append(want, "unitlet-"+svc)
 	}
 	for _, p := range want {
@@ -452,7 +470,7 @@ func TestInstallReinstallPurge(t *testing.T) {
 		run(t, "", "dpkg", slices.Concat([]string{"--root=" + root, "--force-script-chrootless", "--force-depends", "--log=/dev/null"}, args)...)
 	}
 	debs := []string{pkg("unitlet", "all"), pkg("unitletctl", arch)}
-	for _, svc := range services {
+	for _, svc := range services(t, repo) {
 		debs = append(debs, pkg("unitlet-"+svc, arch))
 	}
 	dpkg(append([]string{"--install"}, debs...)...)
@@ -465,7 +483,7 @@ func TestInstallReinstallPurge(t *testing.T) {
 		_, err := os.Lstat(filepath.Join(root, "etc/systemd/system", link))
 		return err == nil
 	}
-	for _, svc := range services {
+	for _, svc := range services(t, repo) {
 		if !enabled("unitlet.target.wants/unitlet-" + svc + ".socket") {
 			t.Errorf("unitlet-%s.socket is not enabled after the install", svc)
 		}
@@ -560,7 +578,7 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, svc := range services {
+	for _, svc := range services(t, repo) {
 		name := "unitlet-" + svc
 		d := open(t, repo, name, version, hostArch(t))
 		for _, c := range []struct {
