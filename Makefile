@@ -9,16 +9,19 @@ GO ?= go
 CACHE ?= $(HOME)/.cache/unitlet
 TOOLS := $(CACHE)/tools
 BIN := $(CURDIR)/bin
+DIST := $(CURDIR)/dist
 
 BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
 STATICCHECK_VERSION := v0.8.2
+NFPM_VERSION := v2.45.2
 
 BUF := $(TOOLS)/buf-$(BUF_VERSION)/buf
 PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 STATICCHECK := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+NFPM := $(TOOLS)/nfpm-$(NFPM_VERSION)/nfpm
 PROTO_PATH := $(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$(PATH)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -33,7 +36,7 @@ PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/..
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
+.PHONY: all build prereqs deb deb-check test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -48,8 +51,20 @@ build:
 ## test: everything — generated code, lint, unit tests, integration tests, the vm node.
 ## The integration and vm suites run one after the other: side by side on two cores the
 ## emulated vm starves (its systemd stopped answering within the checks' deadlines).
-test: prereqs proto-check lint test-unit test-integration test-containerd2 test-vm
+test: prereqs proto-check lint deb-check test-unit test-integration test-containerd2 test-vm
 	@echo "make test: all passed"
+
+## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
+## unitlet meta-package (deploy/deb/build.sh, with nfpm; README.md, "Debian packages")
+deb: build $(NFPM)
+	deploy/deb/build.sh $(NFPM) $(BIN) $(DIST)
+
+## deb-check: the packages built, lintian over each (an error or a warning fails; the
+## overrides, each with its reason, are deploy/deb/lintian-overrides), then
+## integration/debtest's checks of what each package holds
+deb-check: prereqs deb
+	lintian --fail-on error,warning $(DIST)/*.deb
+	UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 ./integration/debtest/
 
 ## test-unit: the fast tests of every module, with the race detector. Some (tmpfs mounts,
 ## file owners in services/volumes) need root and fail, saying so, when not run as root.
@@ -62,7 +77,7 @@ test-unit:
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
 test-integration: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$') ./systemd/...
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$') ./systemd/...
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
 ## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
@@ -218,9 +233,9 @@ run: prereqs build
 	@bash deploy/run-local.sh $(BIN)
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
-tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(STATICCHECK)
+tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(STATICCHECK) $(NFPM)
 
 $(BUF):
 	@echo "building buf $(BUF_VERSION) (once; cached in $(TOOLS))"
@@ -231,3 +246,5 @@ $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 $(STATICCHECK):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(NFPM):
+	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)

@@ -21,6 +21,10 @@ declare -A packages=(
 	# the harness's vm nodes: the emulator, the disk image
 	[qemu-system-x86_64]=qemu-system-x86
 	[mkfs.ext4]=e2fsprogs
+	# make deb: the libc dependency, the manual pages; make deb-check: the packages' lint
+	[dpkg-shlibdeps]=dpkg-dev
+	[help2man]=help2man
+	[lintian]=lintian
 )
 # Debian packages checked by name (the harness needs the static busybox and the CNI plugins
 # in /usr/lib/cni, which no command names).

@@ -38,7 +38,7 @@ var exposureCeilings = map[string]float64{
 const target = "unitlet.target"
 
 // binDir is where the units expect the unitlet binaries.
-const binDir = "/usr/local/bin/"
+const binDir = "/usr/bin/"
 
 // capabilities is the capability bounding set each service may keep, space-separated. A new
 // service must be added here: its capabilities are a decision, not a default.
@@ -86,7 +86,7 @@ func unitFiles(t *testing.T, exts ...string) []string {
 
 var binRE = regexp.MustCompile(regexp.QuoteMeta(binDir) + `(unitlet-[a-z0-9-]+)`)
 
-// stageUnits copies the units into a temporary directory with every /usr/local/bin/unitlet-*
+// stageUnits copies the units into a temporary directory with every /usr/bin/unitlet-*
 // that cmd/ builds pointing at a real executable (true), since verify checks that the
 // commands exist, and
 // returns that directory and the staged units' paths. modify, when not nil, may change a

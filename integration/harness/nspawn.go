@@ -20,7 +20,7 @@ import (
 )
 
 // The nspawn backend boots a node as a systemd-nspawn machine: a Debian tree with systemd
-// as PID 1 and unitlet installed as a package would install it (binaries in /usr/local/bin,
+// as PID 1 and unitlet installed as a package would install it (binaries in /usr/bin,
 // the units of systemd/, the sysusers.d file, /etc/unitlet/config.yaml, unitlet.target
 // enabled), so the units themselves are under test: socket activation, restarts, limits.
 //
@@ -427,14 +427,14 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	files := []file{
 		{path: "/etc/hostname", mode: 0o644, data: []byte(n.Name + "\n")},
 		{path: "/etc/machine-id", mode: 0o444, data: []byte(hex.EncodeToString(machineID) + "\n")},
-		{path: "/usr/local/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
+		{path: "/usr/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
 		// The client CA and the configuration root's alone (CIS 4.1.7, 4.1.9).
 		{path: caPath, mode: 0o600, data: ca},
 		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
 	}
 	for _, svc := range n.Services {
-		files = append(files, file{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
+		files = append(files, file{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
 		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.unitDropIn(n, svc))})
 	}
 	if n.ImageCredentialProvider != nil {

@@ -238,7 +238,7 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 		{path: "/usr/local/sbin/unitlet-harness-node", mode: 0o755, data: []byte(vmNodeSetupScript)},
 		{path: "/etc/systemd/system/unitlet-harness-node.service", mode: 0o644, data: []byte(vmNodeSetupUnit)},
 		{path: "/etc/systemd/system/multi-user.target.wants/unitlet-harness-node.service", link: "/etc/systemd/system/unitlet-harness-node.service"},
-		{path: "/usr/local/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
+		{path: "/usr/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
 		{path: "/usr/lib/sysctl.d/90-unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysctl.d", "90-unitlet.conf")},
 		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(cfg)},
@@ -247,7 +247,7 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 	}
 	for _, svc := range n.Services {
 		files = append(files,
-			vmFile{path: "/usr/local/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)},
+			vmFile{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)},
 			vmFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.vmUnitDropIn(n, svc))})
 	}
 	units, err := filepath.Glob(filepath.Join(h.repo, "systemd", "*"))

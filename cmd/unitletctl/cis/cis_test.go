@@ -68,7 +68,7 @@ clusters: [{name: c, cluster: {server: "https://api:6443", certificate-authority
 users: [{name: u, user: {client-certificate: pki/kubelet-client-current.pem, client-key: pki/kubelet-client-current.pem}}]
 `
 	f.files["/var/lib/unitlet/pki/kubelet-client-current.pem"] = File{Path: "/var/lib/unitlet/pki/kubelet-client-current.pem", Exists: true, Mode: 0o600, User: "root", Group: "root"}
-	f.contents["/proc/42/cmdline"] = "/usr/local/bin/unitlet-config\x00--config=/etc/unitlet/config.yaml\x00--config-dir=/etc/unitlet/config.d\x00"
+	f.contents["/proc/42/cmdline"] = "/usr/bin/unitlet-config\x00--config=/etc/unitlet/config.yaml\x00--config-dir=/etc/unitlet/config.d\x00"
 	f.contents["/proc/42/environ"] = "UNITLET_SOCKET_DIR=/run/unitlet\x00GOTRACEBACK=crash\x00"
 	for k, v := range kernelDefaults {
 		f.contents[filepath.Join("/proc/sys", strings.ReplaceAll(k, ".", "/"))] = v + "\n"
@@ -358,7 +358,7 @@ func TestProcessFromUnitWhenNotRunning(t *testing.T) {
 	f := goodFakeNode()
 	k := showUnits
 	f.show[k] = strings.Replace(f.show[k], "MainPID=42", "MainPID=0", 1)
-	f.show["show -p ExecStart -p Environment unitlet-config.service"] = "ExecStart={ path=/usr/local/bin/unitlet-config ; argv[]=/usr/local/bin/unitlet-config --config=/etc/unitlet/config.yaml --hostname-override=x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\nEnvironment=UNITLET_SOCKET_DIR=/run/unitlet GOTRACEBACK=crash\n"
+	f.show["show -p ExecStart -p Environment unitlet-config.service"] = "ExecStart={ path=/usr/bin/unitlet-config ; argv[]=/usr/bin/unitlet-config --config=/etc/unitlet/config.yaml --hostname-override=x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\nEnvironment=UNITLET_SOCKET_DIR=/run/unitlet GOTRACEBACK=crash\n"
 	got, _ := results(t, f)
 	fd := got["4.2.7"]
 	if fd.Result != Fail || !strings.Contains(strings.Join(fd.Evidence, " "), "not running") {
