@@ -429,7 +429,10 @@ func printVs(runtime string, results []vsResult) {
 		}
 		for _, st := range g[0].breakdown {
 			line := fmt.Sprintf("  %-48s %7.3f s", st.name, median(means[st.name]))
-			if st.perPod > 0 {
+			switch {
+			case strings.HasPrefix(st.name, "status:"):
+				line += fmt.Sprintf(" a write, %.1f writes a pod", median(perPod[st.name]))
+			case st.perPod > 0:
 				line += fmt.Sprintf(" a call, %.1f calls a pod", median(perPod[st.name]))
 			}
 			fmt.Println(line)

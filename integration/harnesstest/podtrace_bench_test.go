@@ -106,7 +106,7 @@ func podBreakdown(before, after histograms, pods int) []breakdownStep {
 		}
 	}
 	if n, sum := delta(statusWritesFamily + "{}"); n > 0 {
-		steps = append(steps, breakdownStep{name: "status: a status change → in the API", count: n, mean: sum / float64(n)})
+		steps = append(steps, breakdownStep{name: "status: a status change → in the API", count: n, mean: sum / float64(n), perPod: float64(n) / float64(pods)})
 	}
 	var ops []breakdownStep
 	for key := range after {
