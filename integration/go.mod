@@ -6,6 +6,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/hashicorp/yamux v0.1.2
 	github.com/unitlet/unitlet/proto v0.0.0
+	github.com/unitlet/unitlet/services/podsync v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	golang.org/x/crypto v0.47.0
 	google.golang.org/grpc v1.79.3
@@ -73,5 +74,6 @@ require (
 
 replace (
 	github.com/unitlet/unitlet/proto => ../proto
+	github.com/unitlet/unitlet/services/podsync => ../services/podsync
 	github.com/unitlet/unitlet/shared => ../shared
 )
