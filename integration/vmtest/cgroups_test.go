@@ -245,8 +245,8 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	})
 	dir := podSlice(oomed)
 	var kills int64
-	stack.WaitFor(t, 5*time.Minute, "an OOM kill in vm-oom-pod's slice", func(context.Context) (bool, string) {
-		out, err := stack.Exec(node, []string{"cat", dir + "/memory.events"}).CombinedOutput()
+	stack.WaitFor(t, 5*time.Minute, "an OOM kill in vm-oom-pod's slice", func(ctx context.Context) (bool, string) {
+		out, err := stack.Exec(node, []string{"cat", dir + "/memory.events", dir + "/memory.current"}).CombinedOutput()
 		if err != nil {
 			return false, string(out)
 		}
@@ -255,7 +255,14 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 				kills, _ = strconv.ParseInt(f[1], 10, 64)
 			}
 		}
-		return kills >= 1, string(out)
+		// On a failure, say where the pod's containers were too (memory.current last).
+		state := string(out)
+		if cur, err := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+			for _, cs := range cur.Status.ContainerStatuses {
+				state += fmt.Sprintf("container %s: restarts %d, state %+v, last %+v\n", cs.Name, cs.RestartCount, cs.State, cs.LastTerminationState)
+			}
+		}
+		return kills >= 1, state
 	})
 	if got := guestInt(t, node, dir+"/memory.max"); got != 48<<20 {
 		t.Errorf("vm-oom-pod: pod slice memory.max = %d, want %d", got, 48<<20)
