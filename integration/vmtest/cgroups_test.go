@@ -217,13 +217,17 @@ func TestCgroupsOnTheSystemdDriver(t *testing.T) {
 }
 
 // TestPodMemoryLimitOOMKillsInsideThePodCgroup: a pod's pod-level memory limit (48Mi) binds
-// its containers together: two containers of 32 MiB each fit their own limits but not the
-// pod's, so the kernel kills one of them inside the pod's slice (its memory.events counts
-// it) and the container restarts OOMKilled, while the pod next to it runs on.
+// its containers together: two containers of 32 MiB each, with no limits of their own, do not fit the
+// pod's, so the kernel kills one of their hogs inside the pod's slice (its memory.events
+// counts it), while the pod next to it runs on.
 func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	node := vmNode(t).Name
 	neighbour := runVMPod(t, vmPod("vm-oom-neighbour", map[string]string{"c": "exec sleep 100000"}))
-	hog := "dd if=/dev/zero of=/dev/null bs=32M count=100000000"
+	// Each hog fills a 32 MiB buffer once and then blocks writing it into a pipe nobody
+	// reads: 32 MiB held, no CPU. (A dd copying forever held the same, but two of them
+	// starved this emulated guest until containerd's calls timed out and the second
+	// container never started.)
+	hog := "dd if=/dev/zero bs=32M count=1 | sleep 100000"
 	p := vmPod("vm-oom-pod", map[string]string{"a": hog, "b": hog})
 	p.Spec.Resources = &corev1.ResourceRequirements{Limits: rl("memory", "48Mi")}
 	c := admin(t)
