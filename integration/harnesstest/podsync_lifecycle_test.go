@@ -206,6 +206,7 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 	const n = 30
 	registerNode(t)
 	c := admin(t)
+	waitDefaultServiceAccount(t, "default")
 	for i := 0; i < n; i++ {
 		p := busyboxPod(fmt.Sprintf("burst-%02d", i), "while true; do sleep 1; done")
 		if _, err := c.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
@@ -226,7 +227,8 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 			pods = podsyncPods(ctx, t)
 			running := 0
 			for i := 0; i < n; i++ {
-				if p := pods[fmt.Sprintf("default/burst-%02d", i)]; p != nil && statusOf(p).Phase == corev1.PodRunning {
+				if p := pods[fmt.Sprintf("default/burst-%02d", i)]; p != nil && statusOf(p).Phase == corev1.PodRunning &&
+					len(statusOf(p).ContainerStatuses) == 1 && statusOf(p).ContainerStatuses[0].Ready {
 					running++
 				}
 			}
@@ -250,11 +252,28 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ctrs) != 1 || len(sbs.Items) != 1 {
-			t.Errorf("%s: %d containers and %d sandboxes in the runtime, want 1 and 1 (nothing started twice)", key, len(ctrs), len(sbs.Items))
+		// containerd 2.x abandons a start whose caller went away and keeps the container,
+		// exited with reason StartError, and its created task (containerd issue 11037);
+		// podsync starts it again at once. Such a start never ran: it is counted apart.
+		ran, abandoned := 0, 0
+		for _, c := range ctrs {
+			st, err := rt.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := st.GetStatus(); s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetStartedAt() == 0 &&
+				s.GetReason() == "StartError" && strings.Contains(s.GetMessage(), "context canceled") {
+				abandoned++
+				t.Logf("%s: the runtime abandoned a start when podsync was killed: %s", key, s.GetMessage())
+				continue
+			}
+			ran++
 		}
-		if cs := statusOf(pods[key]).ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 {
-			t.Errorf("%s: container statuses %+v, want one container never restarted", key, cs)
+		if ran != 1 || len(sbs.Items) != 1 {
+			t.Errorf("%s: %d containers that ran and %d sandboxes in the runtime, want 1 and 1 (nothing started twice)", key, ran, len(sbs.Items))
+		}
+		if cs := statusOf(pods[key]).ContainerStatuses; len(cs) != 1 || int(cs[0].RestartCount) != abandoned || cs[0].LastTerminationState.Terminated != nil {
+			t.Errorf("%s: container statuses %+v, want one container never restarted (%d abandoned starts)", key, cs, abandoned)
 		} else {
 			ids[key] = cs[0].ContainerID
 		}
@@ -267,7 +286,7 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 	pods = podsyncPods(context.Background(), t)
 	for key, id := range ids {
 		cs := statusOf(pods[key]).ContainerStatuses
-		if len(cs) != 1 || cs[0].ContainerID != id || cs[0].RestartCount != 0 || !cs[0].Ready {
+		if len(cs) != 1 || cs[0].ContainerID != id || cs[0].LastTerminationState.Terminated != nil || !cs[0].Ready {
 			t.Errorf("%s after podsync's restart: %+v, want the same ready container %s, never restarted", key, cs, id)
 		}
 	}

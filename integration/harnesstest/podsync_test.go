@@ -132,16 +132,22 @@ func busyboxPod(name string, script string) *corev1.Pod {
 	}
 }
 
+// waitDefaultServiceAccount waits for namespace ns's default service account: admission
+// refuses a pod of a namespace whose account the controller-manager has not made yet (on
+// a fresh stack, a moment after the API server).
+func waitDefaultServiceAccount(t *testing.T, ns string) {
+	t.Helper()
+	stack.WaitFor(t, time.Minute, "service account "+ns+"/default", func(ctx context.Context) (bool, string) {
+		_, err := admin(t).CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 func createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	registerNode(t)
 	c := admin(t)
-	// Admission refuses a pod of a namespace whose default service account the
-	// controller-manager has not made yet: on a fresh stack, a moment after the API server.
-	stack.WaitFor(t, time.Minute, "service account "+p.Namespace+"/default", func(ctx context.Context) (bool, string) {
-		_, err := c.CoreV1().ServiceAccounts(p.Namespace).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
+	waitDefaultServiceAccount(t, p.Namespace)
 	created, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", p.Name, err)

@@ -84,7 +84,7 @@ func (w *worker) syncInitContainers(ctx context.Context, pod *corev1.Pod, rp *re
 		case cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && side:
 			start = append(start, i)
 		case cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cur.ExitCode != 0:
-			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !abandonedStart(cur) {
 				return false, 0, nil // the pod has failed
 			}
 			start = append(start, i)

@@ -229,8 +229,13 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	if len(insts) > 0 {
 		cur = insts[0]
 	}
-	if len(insts) > 1 {
-		prev = insts[1]
+	// lastState is the newest instance before cur that ran: starts the runtime abandoned
+	// never did.
+	for _, inst := range insts[min(1, len(insts)):] {
+		if !abandonedStart(inst) {
+			prev = inst
+			break
+		}
 	}
 	if cur != nil {
 		cs.RestartCount = int32(cur.Attempt)
@@ -240,6 +245,18 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 		}
 	}
 	wt, isWaiting := waiting[c.Name]
+	if cur != nil && abandonedStart(cur) {
+		// It never ran: waiting for its next start, the instance before it as lastState.
+		if !isWaiting {
+			wt, isWaiting = waitingState{reason: defaultWaiting}, true
+		}
+		cs.ContainerID = ""
+		if prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			cs.ContainerID = w.containerID(prev.ID)
+			cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
+		}
+		cur = nil
+	}
 	switch {
 	case cur != nil && cur.Running():
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(cur.StartedAt)}

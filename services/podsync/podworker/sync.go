@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -466,8 +467,12 @@ func latestIn(rp *relist.Pod, name, sbID string) *relist.Container {
 	return nil
 }
 
-// shouldRestart applies the pod's restart policy to a container's finished instance.
+// shouldRestart applies the pod's restart policy to a container's finished instance. A
+// start the runtime abandoned is tried again whatever the policy: the container never ran.
 func shouldRestart(policy corev1.RestartPolicy, c *relist.Container) bool {
+	if abandonedStart(c) {
+		return true
+	}
 	switch policy {
 	case corev1.RestartPolicyNever:
 		return false
@@ -488,6 +493,18 @@ func ranAny(pod *corev1.Pod, rp *relist.Pod) bool {
 	return false
 }
 
+// abandonedStart reports whether the runtime gave up a container's start because the
+// agent's call was cancelled (podsync stopped or was killed during StartContainer): the
+// container never ran and its failure is not the workload's. containerd 2.x leaves such a
+// container exited with reason StartError and "context canceled" in its message, and
+// keeps its created task, so the instance cannot be removed until containerd restarts
+// (containerd issue 11037). The container is started again at once, with no crash-loop
+// backoff, and its status shows it waiting rather than failed.
+func abandonedStart(c *relist.Container) bool {
+	return c.State == runtimeapi.ContainerState_CONTAINER_EXITED && c.StartedAt.IsZero() &&
+		c.Reason == "StartError" && strings.Contains(c.Message, "context canceled")
+}
+
 // backoffKey names a container's crash-loop backoff.
 func backoffKey(pod *corev1.Pod, c *corev1.Container) string {
 	return fmt.Sprintf("%s_%s_%s_%s_%d", pod.UID, pod.Namespace, pod.Name, c.Name, criconfig.Hash(c))
@@ -496,6 +513,10 @@ func backoffKey(pod *corev1.Pod, c *corev1.Container) string {
 // backoffWait is how long a finished container must still wait before its restart (the
 // kubelet's crash-loop backoff); while it waits, the container is Waiting CrashLoopBackOff.
 func (w *worker) backoffWait(pod *corev1.Pod, c *corev1.Container, cur *relist.Container) time.Duration {
+	if abandonedStart(cur) {
+		w.event(pod, corev1.EventTypeNormal, "StartAbandoned", fmt.Sprintf("The runtime abandoned the start of container %s when podsync stopped; starting it again", c.Name))
+		return 0
+	}
 	key := backoffKey(pod, c)
 	b := w.m.backoff
 	if b.IsInBackOffSince(key, cur.FinishedAt) {

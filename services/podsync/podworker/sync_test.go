@@ -43,6 +43,8 @@ type memContainer struct {
 	started   time.Time
 	finished  time.Time
 	exitCode  int32
+	reason    string
+	message   string
 }
 
 // memCRI is an in-memory CRI runtime (podworker.Runtime) and the view of it
@@ -58,6 +60,9 @@ type memCRI struct {
 
 	imageUsers map[string]*runtimeapi.Image // the uid or username an image runs as
 	pullUser   string                       // when set, the only user PullImage accepts
+	// abandon is, by container name, how many starts still fail as containerd 2.x fails a
+	// start whose caller went away: the container left exited with reason StartError.
+	abandon map[string]int
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -142,8 +147,14 @@ func (f *memCRI) StartContainer(_ context.Context, in *runtimeapi.StartContainer
 	if c == nil {
 		return nil, fmt.Errorf("container %s not found", in.ContainerId)
 	}
-	c.state, c.started = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now()
 	f.record("StartContainer %s", c.cfg.GetMetadata().GetName())
+	if name := c.cfg.GetMetadata().GetName(); f.abandon[name] > 0 {
+		f.abandon[name]--
+		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 128, time.Now()
+		c.reason, c.message = "StartError", "failed to create containerd task: failed to get task pid: context canceled"
+		return nil, context.Canceled
+	}
+	c.state, c.started = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now()
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 
@@ -240,7 +251,7 @@ func (f *memCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error) 
 		get(c.cfg.Labels).Containers = append(get(c.cfg.Labels).Containers, &relist.Container{
 			ID: c.id, Name: c.cfg.Labels[criconfig.LabelContainerName], Attempt: c.cfg.GetMetadata().GetAttempt(),
 			SandboxID: c.sandboxID, State: c.state, CreatedAt: time.Unix(0, c.created),
-			StartedAt: c.started, FinishedAt: c.finished, ExitCode: c.exitCode,
+			StartedAt: c.started, FinishedAt: c.finished, ExitCode: c.exitCode, Reason: c.reason, Message: c.message,
 			Image: c.cfg.GetImage().GetImage(), LogPath: filepath.Join(logDir, c.cfg.LogPath),
 			Labels: c.cfg.Labels, Annotations: c.cfg.Annotations,
 		})
@@ -599,6 +610,54 @@ func TestSyncRestartPolicy(t *testing.T) {
 			}
 			if got := cri.callsOf("RunPodSandbox"); len(got) != 1 {
 				t.Errorf("sandboxes %v, want one", got)
+			}
+		})
+	}
+}
+
+func TestSyncStartsAgainAtOnceAStartTheRuntimeAbandoned(t *testing.T) {
+	for _, policy := range []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure, corev1.RestartPolicyAlways} {
+		t.Run(string(policy), func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			cri.abandon = map[string]int{"init": 2, "app": 1}
+			h := newHarness(t, cri)
+			pod := syncPod(policy, []string{"init"}, "app")
+			// Each abandoned start is found by the next sync, as a restarted podsync finds it.
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "init's start failed", func(o Observed) bool {
+				return statusOf(o, "init").State.Waiting != nil && statusOf(o, "init").State.Waiting.Reason == "RunContainerError"
+			})
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "init's second start failed", func(o Observed) bool {
+				return statusOf(o, "init").RestartCount == 1 && statusOf(o, "init").State.Waiting != nil
+			})
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+			cri.exit(t, "init", 0)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "app's start failed", func(o Observed) bool {
+				return statusOf(o, "app").State.Waiting != nil && statusOf(o, "app").State.Waiting.Reason == "RunContainerError"
+			})
+			h.m.Trigger(pod.UID)
+			o := h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			if o.Status.Phase != corev1.PodRunning {
+				t.Errorf("phase %s, want Running", o.Status.Phase)
+			}
+			if got := cri.callsOf("CreateContainer"); len(got) != 5 {
+				t.Errorf("created %v, want init three times and app twice (the abandoned starts, then a start)", got)
+			}
+			if init := statusOf(o, "init"); init.RestartCount != 2 || init.LastTerminationState.Terminated != nil || init.State.Terminated == nil || init.State.Terminated.ExitCode != 0 {
+				t.Errorf("init status %+v, want restart count 2, exited 0, no lastState", init)
+			}
+			app := statusOf(o, "app")
+			if app.RestartCount != 1 || app.LastTerminationState.Terminated != nil {
+				t.Errorf("app status %+v, want restart count 1 and no lastState (the abandoned start never ran)", app)
+			}
+			if !h.ev.hasEvent("StartAbandoned: The runtime abandoned the start of container app") {
+				t.Errorf("events %v, want one saying the app container's start was abandoned", h.ev.recorded)
+			}
+			if h.ev.hasEvent("BackOff") {
+				t.Errorf("events %v: an abandoned start is not the workload's failure", h.ev.recorded)
 			}
 		})
 	}
