@@ -292,8 +292,8 @@ func (r *Relister) list(ctx context.Context) (map[types.UID]*Pod, error) {
 	return pods, nil
 }
 
-// caches are the details the last relist fetched. They are replaced, never changed, so a
-// reader may use them without the lock.
+// caches are the details the last relist and the reads of single pods since fetched. They
+// are replaced, never changed, so a reader may use them without the lock.
 func (r *Relister) caches() (map[string]*Container, map[string][]string) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -313,12 +313,13 @@ func (r *Relister) nextSeq() uint64 {
 func (r *Relister) refresh(ctx context.Context, uid types.UID) (bool, error) {
 	seq := r.nextSeq()
 	details, ips := r.caches()
-	pods, _, _, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	pods, details, ips, err := collect(ctx, r.rt, r.log, uid, details, ips)
 	if err != nil {
 		return false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.rememberLocked(details, ips)
 	if r.readAt[uid] > seq {
 		return false, nil
 	}
@@ -337,12 +338,45 @@ func (r *Relister) refresh(ctx context.Context, uid types.UID) (bool, error) {
 
 // Inspect asks the runtime afresh for everything of one pod (nil when it has nothing):
 // what a worker reads before it acts, since the last relist may be a second old.
+//
+// The lists are asked afresh; the details of a sandbox or container whose state has not
+// changed since a read fetched them (its IPs, start and finish times, exit code) come from
+// the caches, so a pod read several times while it starts asks the runtime for each
+// detail once.
 func (r *Relister) Inspect(ctx context.Context, uid types.UID) (*Pod, error) {
-	pods, _, _, err := collect(ctx, r.rt, r.log, uid, nil, nil)
+	details, ips := r.caches()
+	pods, details, ips, err := collect(ctx, r.rt, r.log, uid, details, ips)
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	r.rememberLocked(details, ips)
+	r.mu.Unlock()
 	return pods[uid], nil
+}
+
+// rememberLocked adds the details a read of one pod fetched to the caches. The caches are
+// replaced, never changed: when the read fetched anything new they are copied first. The
+// next relist replaces them with what it saw, so entries of what has gone do not last.
+func (r *Relister) rememberLocked(details map[string]*Container, ips map[string][]string) {
+	newDetail, newIPs := false, false
+	for id, d := range details {
+		newDetail = newDetail || r.details[id] != d
+	}
+	for key := range ips {
+		_, had := r.sbIPs[key]
+		newIPs = newIPs || !had
+	}
+	if newDetail {
+		merged := maps.Clone(r.details)
+		maps.Copy(merged, details)
+		r.details = merged
+	}
+	if newIPs {
+		merged := maps.Clone(r.sbIPs)
+		maps.Copy(merged, ips)
+		r.sbIPs = merged
+	}
 }
 
 // collect lists the runtime's sandboxes and containers (of one pod when uid is set) and

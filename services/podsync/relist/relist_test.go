@@ -527,6 +527,59 @@ func TestInspectReadsOnePodAfresh(t *testing.T) {
 	}
 }
 
+func TestReadsOfOnePodAskEachDetailOnce(t *testing.T) {
+	rt := newMemRuntime()
+	rt.sandboxes = []*runtimeapi.PodSandbox{sandbox("sa", "a", 1, 0, true)}
+	r := New(rt, time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, quietLog(), nil)
+	ctx := context.Background()
+	if err := r.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	rt.containers = append(rt.containers, container("a1", "a", "sa", "main", 10, 0, running))
+	rt.mu.Unlock()
+	// A worker's reads and an event's: the new container's details are asked once.
+	for range 3 {
+		if _, err := r.Inspect(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.refresh(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.mu.Lock()
+	ctr, sb := rt.ctrStatus["a1"], rt.sbStatus["sa"]
+	rt.mu.Unlock()
+	if ctr != 1 || sb != 1 {
+		t.Errorf("ContainerStatus of a1 asked %d times, PodSandboxStatus of sa %d; want once each", ctr, sb)
+	}
+	// A changed state is asked again, by whichever read sees it first.
+	rt.setState("a1", exited)
+	p, err := r.Inspect(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.refresh(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	ctr = rt.ctrStatus["a1"]
+	rt.mu.Unlock()
+	if p.Latest("main").State != exited || ctr != 2 {
+		t.Errorf("after a1 exited: Inspect saw %v, %d ContainerStatus calls; want exited and 2", p.Latest("main").State, ctr)
+	}
+	// The relist keeps only what exists.
+	rt.mu.Lock()
+	rt.containers = nil
+	rt.mu.Unlock()
+	if err := r.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := r.caches(); d["a1"] != nil {
+		t.Errorf("the caches keep a removed container's details after a relist")
+	}
+}
+
 func TestHealth(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
