@@ -448,7 +448,15 @@ func (w *worker) removeUnstarted(ctx context.Context, pod *corev1.Pod, rp *relis
 		}
 		w.m.o.Log.Info("removing a container created but never started", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)
 		if _, err := w.m.o.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ID}); err != nil {
-			return removed, fmt.Errorf("remove unstarted container %s: %w", c.ID, err)
+			if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+				return removed, fmt.Errorf("remove unstarted container %s: %w", c.ID, err)
+			}
+			// containerd 2.x keeps the created task of a start it abandoned and refuses to
+			// remove the container until it restarts (containerd issue 11037). It stays, as
+			// a start that never ran, and a new instance is started beside it.
+			w.m.o.Log.Warn("the runtime keeps a container whose start it abandoned; starting a new instance beside it", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID, "err", err)
+			w.m.journal.end(c.ID)
+			continue
 		}
 		w.acted.Store(true)
 		w.m.journal.end(c.ID)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,6 +65,9 @@ type memCRI struct {
 	// abandon is, by container name, how many starts still fail as containerd 2.x fails a
 	// start whose caller went away: the container left exited with reason StartError.
 	abandon map[string]int
+	// unremovable are the containers RemoveContainer refuses, as containerd 2.x refuses one
+	// whose start it abandoned.
+	unremovable map[string]bool
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -178,6 +183,9 @@ func (f *memCRI) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContain
 	defer f.mu.Unlock()
 	if c := f.containers[in.ContainerId]; c != nil {
 		f.record("RemoveContainer %s", c.cfg.GetMetadata().GetName())
+	}
+	if f.unremovable[in.ContainerId] {
+		return nil, status.Errorf(codes.FailedPrecondition, "failed to delete containerd container %q: cannot delete running task: failed precondition", in.ContainerId)
 	}
 	delete(f.containers, in.ContainerId)
 	return &runtimeapi.RemoveContainerResponse{}, nil
@@ -660,6 +668,51 @@ func TestSyncStartsAgainAtOnceAStartTheRuntimeAbandoned(t *testing.T) {
 				t.Errorf("events %v: an abandoned start is not the workload's failure", h.ev.recorded)
 			}
 		})
+	}
+}
+
+// A podsync killed during StartContainer on containerd 2.x: after its restart the start
+// journal names the container, the runtime has it exited (StartError, context canceled)
+// and refuses to remove it. The pod still gets its container, at once.
+func TestSyncStartsBesideAnAbandonedStartTheRuntimeKeeps(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	stateDir := t.TempDir()
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	cri.seed(t, pod, nil)
+	cri.mu.Lock()
+	var id string
+	for _, c := range cri.containers {
+		id = c.id
+		c.state, c.exitCode, c.started, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 128, time.Time{}, time.Now()
+		c.reason, c.message = "StartError", "failed to create containerd task: failed to get task pid: context canceled"
+	}
+	cri.unremovable = map[string]bool{id: true}
+	cri.mu.Unlock()
+	journal := startJournal{dir: filepath.Join(stateDir, "starting")}
+	if err := journal.begin(id); err != nil {
+		t.Fatal(err)
+	}
+
+	h := newHarnessOpts(t, cri, func(o *Options) { o.StateDir = stateDir })
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	if app := statusOf(o, "app"); app.RestartCount != 1 || app.LastTerminationState.Terminated != nil {
+		t.Errorf("app status %+v, want restart count 1 and no lastState", app)
+	}
+	if got := cri.callsOf("RemoveContainer"); len(got) != 1 {
+		t.Errorf("RemoveContainer calls %v, want one try", got)
+	}
+	if journal.interrupted(id) {
+		t.Errorf("the start journal still names %s", id)
+	}
+	if h.ev.hasEvent("BackOff") {
+		t.Errorf("events %v: an abandoned start is not the workload's failure", h.ev.recorded)
+	}
+	// Later syncs leave the kept instance alone.
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "a later sync", func(o Observed) bool { return isRunning(o, "app") })
+	if got := cri.callsOf("RemoveContainer"); len(got) != 1 {
+		t.Errorf("RemoveContainer calls %v after another sync, want still one", got)
 	}
 }
 
