@@ -91,19 +91,23 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if w.m.o.Allocatable != nil {
 		pe.Allocatable = w.m.o.Allocatable()
 	}
-	mounts, err := w.volumeMounts(ctx, pod)
-	if err != nil {
-		return err
-	}
-	cm := mounts[c.Name]
+	var cm []criconfig.Mount
 	if hasSubPath(c) && w.m.o.Volumes != nil {
 		// As the kubelet, resolve subPaths at every start: the volume's content may have
-		// changed since the pod's volumes were prepared.
+		// changed since the pod's volumes were prepared. The container's own mounts only:
+		// another container's refused subPath is that container's error, not this one's.
+		var err error
 		if cm, err = w.m.o.Volumes.PrepareContainer(ctx, pod, c.Name); err != nil {
 			w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 			w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
+	} else {
+		mounts, err := w.volumeMounts(ctx, pod)
+		if err != nil {
+			return err
+		}
+		cm = mounts[c.Name]
 	}
 	cfg, termPath, err := w.containerConfig(ctx, pod, c, rp, restartCount, ips, cm, pe)
 	if err == nil {

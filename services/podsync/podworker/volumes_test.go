@@ -185,3 +185,25 @@ func TestSubPathIsResolvedAgainAtEveryStart(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A container with a subPath starts from its own mounts: the pod's volumes refused for
+// another container's subPath (a symlink swapped in after that container's refusal) do
+// not hold it back, as the kubelet resolves each container's subPaths at its own start.
+func TestSubPathContainerStartsWhileAnotherIsRefused(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	vols := &fakeVolumes{}
+	h := newHarnessWith(t, cri, vols)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app", "plain")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/sub", SubPath: "sub"}}
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "both running", func(o Observed) bool { return isRunning(o, "app") && isRunning(o, "plain") })
+
+	vols.set(errors.New(`volume "data": failed to prepare subPath for volumeMount "data" of container "victim": subPath "sub" refused`))
+	updated := pod.DeepCopy()
+	updated.Labels = map[string]string{"changed": "yes"} // a new pod object: the pod's mounts are asked again
+	h.m.Update(updated, "api")
+	cri.exit(t, "app", 1)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "app restarted", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
+}
