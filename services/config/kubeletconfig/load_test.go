@@ -592,3 +592,15 @@ func TestLoadRefusesAReadOnlyPort(t *testing.T) {
 		t.Errorf("readOnlyPort: 10255: %v", err)
 	}
 }
+
+// The packaged /etc/unitlet/config.yaml (deploy/config.yaml) loads, and runs the pods'
+// cgroups with the systemd driver, the only one the packaged units allow.
+func TestThePackagedConfigLoads(t *testing.T) {
+	res, err := Load(filepath.Join("..", "..", "..", "deploy", "config.yaml"), "")
+	if err != nil {
+		t.Fatalf("deploy/config.yaml: %v", err)
+	}
+	if res.Config.CgroupDriver != "systemd" {
+		t.Errorf("deploy/config.yaml: cgroupDriver %q, want systemd (the packaged units set ProtectControlGroups=yes)", res.Config.CgroupDriver)
+	}
+}
