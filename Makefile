@@ -90,10 +90,12 @@ test-containerd2: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 
 ## test-vm: unitlet in a qemu virtual machine (integration/stacks/vm-node.yaml; its tree and
-## disk image cached in ~/.cache/unitlet): the units' limits in their cgroups, an OOM kill of
-## one service, a pod from the API server; prints boot-to-Ready and boot-to-first-pod
-test-vm: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
+## disk image cached in ~/.cache/unitlet), installed in the guest from the packages of
+## `make deb`: the install itself, the units' limits in their cgroups, an OOM kill of one
+## service, a pod from the API server; prints boot-to-installed, boot-to-Ready and
+## boot-to-first-pod
+test-vm: build harness-binaries deb
+	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 
 ## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
 ## containerd 2.x, built from the pinned modules in integration/tools into the cache
@@ -172,9 +174,9 @@ bench-metrics: build harness-binaries
 ## emptyDir past a hard threshold) to the eviction, to the pod's Failed status and to
 ## MemoryPressure on the Node: p50 of 5 runs; then unitlet-eviction's RSS and CPU at 100
 ## pods (static pods on the standalone stack)
-bench-eviction: build harness-binaries
+bench-eviction: build harness-binaries deb
 	@mkdir -p $(CACHE)
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkEvictionMemoryCrossing -benchtime=1x -count=1 -timeout=30m ./integration/vmtest/ | tee $(CACHE)/bench-eviction.log
+	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -run='^$$' -bench=BenchmarkEvictionMemoryCrossing -benchtime=1x -count=1 -timeout=30m ./integration/vmtest/ | tee $(CACHE)/bench-eviction.log
 	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/standalone.yaml $(GO) test -run='^$$' -bench=BenchmarkEvictionAt100Pods -benchtime=1x -count=1 -timeout=30m ./integration/harnesstest/ | tee -a $(CACHE)/bench-eviction.log
 	@echo; sed -n '/^== eviction on a memory crossing/,/^unitlet-eviction:/p' $(CACHE)/bench-eviction.log; sed -n '/^== unitlet-eviction at 100 pods/,+1p' $(CACHE)/bench-eviction.log
 

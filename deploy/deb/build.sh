@@ -34,16 +34,17 @@ declare -A about=(
 # Each service's relations, comma-separated ('-': none): the bus APIs and packages it cannot
 # work without (Depends, besides the C library and systemd), those it uses when they are
 # there (Recommends: it calls a service whose bus socket exists), and the state it alone
-# keeps under /var/lib/unitlet, deleted on purge (the pods' directories and logs never are).
+# keeps under /var/lib/unitlet, deleted on purge (the pods' directories and logs never are),
+# and the sysctl.d files it ships, applied by its postinst.
 # integration/debtest checks the bus APIs against the imports of each service's code.
 services=$(
 	cat <<-'TABLE'
-	config    procps                                        -                                                 /var/lib/unitlet/checkpoints,/var/lib/unitlet/unitlet-config.lock
-	certs     unitlet-bus-config-v1                         -                                                 -
-	podsync   unitlet-bus-config-v1                         unitlet-bus-volumes-v1,unitlet-bus-eviction-v1,containerd  /var/lib/unitlet/podsync,/var/lib/unitlet/image_manager
-	status    unitlet-bus-config-v1,unitlet-bus-podsync-v1  unitlet-bus-volumes-v1,unitlet-bus-eviction-v1   -
-	volumes   unitlet-bus-config-v1,unitlet-bus-podsync-v1  -                                                 -
-	eviction  unitlet-bus-config-v1,unitlet-bus-podsync-v1  -                                                 /var/lib/unitlet/eviction
+	config    procps                                        -                                                 /var/lib/unitlet/checkpoints,/var/lib/unitlet/unitlet-config.lock  /usr/lib/sysctl.d/90-unitlet.conf
+	certs     unitlet-bus-config-v1                         -                                                 -                                                                  -
+	podsync   unitlet-bus-config-v1                         unitlet-bus-volumes-v1,unitlet-bus-eviction-v1,containerd  /var/lib/unitlet/podsync,/var/lib/unitlet/image_manager  -
+	status    unitlet-bus-config-v1,unitlet-bus-podsync-v1  unitlet-bus-volumes-v1,unitlet-bus-eviction-v1   -                                                                  -
+	volumes   unitlet-bus-config-v1,unitlet-bus-podsync-v1  -                                                 -                                                                  -
+	eviction  unitlet-bus-config-v1,unitlet-bus-podsync-v1  -                                                 /var/lib/unitlet/eviction                                          -
 	TABLE
 )
 
@@ -90,11 +91,12 @@ relation() { [ "$1" = - ] || echo "${1//,/$2}"; }
 rm -rf "$dist/build"
 rm -f "$dist"/*.deb
 
-while read -r svc deps recs state; do
+while read -r svc deps recs state sysctl; do
 	dir=$dist/build/unitlet-$svc
 	mkdir -p "$dir"
 	for script in postinst prerm postrm; do
-		sed -e "s|@SVC@|$svc|g" -e "s|@STATE@|$(relation "$state" " ")|g" "$here/scripts/service.$script" >"$dir/$script"
+		sed -e "s|@SVC@|$svc|g" -e "s|@STATE@|$(relation "$state" " ")|g" -e "s|@SYSCTL@|$(relation "$sysctl" " ")|g" \
+			"$here/scripts/service.$script" >"$dir/$script"
 	done
 	cat "$here/service.yaml" >"$dir/nfpm.yaml"
 	if [ -f "$here/unitlet-$svc.contents.yaml" ]; then

@@ -564,8 +564,8 @@ func writeFile(t *testing.T, path, data string) {
 }
 
 // Each service's maintainer scripts, run as on a systemd host (a mount namespace of their
-// own with /run/systemd/system, the systemd and debhelper commands replaced by stand-ins
-// that log their arguments): a first install starts the service's socket, an upgrade
+// own with /run/systemd/system, the systemd and debhelper commands and sysctl replaced by
+// stand-ins that log their arguments): a first install starts the service's socket, an upgrade
 // restarts that one service if it runs, a removal stops it and its socket, an upgrade's
 // prerm stops nothing; no script names another service's unit.
 func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
@@ -573,7 +573,7 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 	repo, version := repoAndVersion(t)
 	stubs := t.TempDir()
 	log := filepath.Join(t.TempDir(), "calls")
-	for _, cmd := range []string{"deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers"} {
+	for _, cmd := range []string{"deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers", "sysctl"} {
 		if err := os.WriteFile(filepath.Join(stubs, cmd), []byte("#!/bin/sh\necho \"${0##*/} $*\" >>"+log+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -608,10 +608,13 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 			if err != nil && !os.IsNotExist(err) {
 				t.Fatal(err)
 			}
-			var invoked []string
+			var invoked, sysctl []string
 			for _, call := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 				if rest, ok := strings.CutPrefix(call, "deb-systemd-invoke "); ok {
 					invoked = append(invoked, rest)
+				}
+				if rest, ok := strings.CutPrefix(call, "sysctl "); ok {
+					sysctl = append(sysctl, rest)
 				}
 				for _, m := range unitNameRE.FindAllStringSubmatch(call, -1) {
 					if m[1] != svc {
@@ -621,6 +624,16 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 			}
 			if !slices.Equal(invoked, c.want) {
 				t.Errorf("%s %s %v: deb-systemd-invoke %q, want %q (all calls:\n%s)", name, c.script, c.args, invoked, c.want, b)
+			}
+			// unitlet-config's postinst applies the kernel tunables it ships at once (a
+			// node with protectKernelDefaults: true starts without a reboot); no other
+			// script touches a tunable.
+			var wantSysctl []string
+			if svc == "config" && c.script == "postinst" {
+				wantSysctl = []string{"-q -p /usr/lib/sysctl.d/90-unitlet.conf"}
+			}
+			if !slices.Equal(sysctl, wantSysctl) {
+				t.Errorf("%s %s %v: sysctl %q, want %q (all calls:\n%s)", name, c.script, c.args, sysctl, wantSysctl, b)
 			}
 		}
 	}

@@ -188,6 +188,9 @@ func LoadStack(path string) (*Stack, error) {
 			if vm++; vm > 1 {
 				return nil, fmt.Errorf("%s: nodes[%d]: a second vm node: each emulated machine takes a core; one per stack", path, i)
 			}
+			if !slices.Equal(slices.Sorted(slices.Values(n.Services)), slices.Sorted(slices.Values(knownServices))) {
+				return nil, fmt.Errorf("%s: nodes[%d].services %v: a vm node installs the unitlet meta-package, which brings every service: list all of %s", path, i, n.Services, strings.Join(knownServices, ", "))
+			}
 			if s.Runtime.Kind != "" {
 				return nil, fmt.Errorf("%s: runtime.kind %q: a stack with a vm node has no host runtime (the vm runs its own containerd); leave runtime out", path, s.Runtime.Kind)
 			}

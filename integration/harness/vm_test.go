@@ -133,7 +133,8 @@ func TestLoadStackVM(t *testing.T) {
 		}
 		return p
 	}
-	s, err := LoadStack(write("name: v\nnodes:\n- {name: a, backend: vm, services: [config, podsync]}\n"))
+	const all = "services: [config, certs, podsync, status, volumes, eviction]"
+	s, err := LoadStack(write("name: v\nnodes:\n- {name: a, backend: vm, " + all + "}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +142,11 @@ func TestLoadStackVM(t *testing.T) {
 		t.Errorf("default ports: controller-manager %d, scheduler %d; want 10257, 10259", cp.ControllerManagerPort, cp.SchedulerPort)
 	}
 	for body, want := range map[string]string{
-		"nodes:\n- {name: a, backend: vm}\n- {name: b, backend: vm}\n":             "nodes[1]: a second vm node",
-		"runtime: {kind: containerd}\nnodes:\n- {name: a, backend: vm}\n":          "runtime.kind",
-		"nodes:\n- {name: a, backend: qemu}\n":                                     "nodes[0].backend \"qemu\"",
-		"controlPlane: {schedulerPort: 20259}\nnodes:\n- {name: a, backend: vm}\n": "",
+		"nodes:\n- {name: a, backend: vm, " + all + "}\n- {name: b, backend: vm, " + all + "}\n": "nodes[1]: a second vm node",
+		"runtime: {kind: containerd}\nnodes:\n- {name: a, backend: vm, " + all + "}\n":           "runtime.kind",
+		"nodes:\n- {name: a, backend: qemu}\n":                                                   "nodes[0].backend \"qemu\"",
+		"controlPlane: {schedulerPort: 20259}\nnodes:\n- {name: a, backend: vm, " + all + "}\n":  "",
+		"nodes:\n- {name: a, backend: vm, services: [config, podsync]}\n":                        "nodes[0].services [config podsync]: a vm node installs the unitlet meta-package",
 	} {
 		checkLoadStack(t, dir, body, want)
 	}

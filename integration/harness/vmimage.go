@@ -1,26 +1,35 @@
 package harness
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
 )
 
-// A vm node's disk is an ext4 image of a Debian tree with a kernel, containerd, runc, the
-// CNI plugins and unitlet installed as a package would install it. Two caches:
+// A vm node's disk is an ext4 image of a Debian tree with a kernel, containerd, runc and
+// the CNI plugins, which installs unitlet from its Debian packages at boot, as an
+// administrator would on a new host (docs/install.md). Two caches:
 //
 //   - the tree (debootstrap, once: a few minutes), CacheDir()/vm-<suite>-<recipe>;
 //   - the image, CacheDir()/vm-images/<hash>.img, made from the tree and the node's files
-//     (the freshly built binaries, systemd/ units, the node's configuration, the guest's
-//     setup) with `mkfs.ext4 -d` over a read-only overlay of both. Its name is the hash of
-//     those files and of vmImageRecipe, so it is made again only when one of them changes.
+//     (the packages `make deb` built from the stack's binaries, the harness's drop-ins, the
+//     node's configuration drop-in, the guest's setup) with `mkfs.ext4 -d` over a read-only
+//     overlay of both. Its name is the hash of those files and of vmImageRecipe, so it is
+//     made again only when one of them changes.
+//
+// At boot unitlet-harness-install.service runs `apt-get install ./*.deb` over the packages
+// and starts unitlet.target: the binaries, units, sysusers and sysctl files and
+// /etc/unitlet/config.yaml are the packages'. The harness adds only what an administrator
+// adds: /etc/unitlet/config.d/50-harness.conf, a drop-in per unit
+// (/etc/systemd/system/unitlet-<svc>.service.d/harness.conf) and, from the share, the
+// credentials.
 //
 // What differs from one stack to the next (the cluster CA, the node's client certificate,
 // its kubeconfig, the test images) is not in the image: the guest reads it from the
@@ -32,7 +41,7 @@ const (
 	vmTreeRecipe = "r1"
 	// vmImageRecipe is the revision of what vmImageFiles puts into the image and how the
 	// image is made.
-	vmImageRecipe = "r1"
+	vmImageRecipe = "r2"
 	// vmImageSize is the size of the (sparse) disk image: room for the images and pods.
 	vmImageSize = 4 << 30
 	// vmShareTag is the mount tag of the node's 9p share, mounted on vmShareDir.
@@ -40,6 +49,12 @@ const (
 	vmShareDir = "/mnt/harness"
 	// vmRuntimeEndpoint is the guest's containerd.
 	vmRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	// vmDebDir is where the image carries unitlet's packages.
+	vmDebDir = "/var/cache/unitlet-harness/debs"
+	// vmConfigDropIn is the node's configuration, over the packaged config.yaml.
+	vmConfigDropIn = "/etc/unitlet/config.d/50-harness.conf"
+	// VMInstallUnit is the guest's unit that installs the packages and starts unitlet.
+	VMInstallUnit = "unitlet-harness-install.service"
 )
 
 // vmPackages are installed into the vm tree besides minbase: systemd as init (with udev for
@@ -196,21 +211,25 @@ func (h *Harness) ensureVMImage(n Node) (string, error) {
 	return img, os.RemoveAll(work)
 }
 
-// vmImageFiles are the files of node n's image besides the tree: unitlet installed as a
-// package would install it, its configuration, the guest's agent and setup.
+// vmImageFiles are the files of node n's image besides the tree: unitlet's packages and
+// what installs them at boot, the node's configuration drop-in, the units' drop-ins, the
+// guest's agent and setup.
 func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 	const caPath = "/etc/unitlet/pki/ca.crt"
+	// A drop-in over the packaged /etc/unitlet/config.yaml (a conffile, left as shipped):
+	// its cgroupDriver: systemd is the packaged default, which the node relies on.
 	cfg := nodeConfig(n, caPath, vmRuntimeEndpoint)
-	// The vm has its own kernel, whose tunables the node's sysctl.d file sets to the
+	// The vm has its own kernel, whose tunables the packaged sysctl.d file sets to the
 	// kubelet's: unitlet-config checks them (CIS 4.2.6 of v1.8, "protect kernel defaults").
 	cfg += "protectKernelDefaults: true\n"
-	// A systemd host: pods' cgroups are systemd slices, made over D-Bus, as the guest's
-	// containerd (SystemdCgroup) makes its containers' scopes.
-	cfg += "cgroupDriver: systemd\n"
 	if n.NodeAPIPort != 0 {
 		cfg += fmt.Sprintf("port: %d\n", n.NodeAPIPort)
 	}
 	agent, err := h.vmAgentBinary()
+	if err != nil {
+		return nil, err
+	}
+	debs, err := h.vmDebs(n)
 	if err != nil {
 		return nil, err
 	}
@@ -238,31 +257,93 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 		{path: "/usr/local/sbin/unitlet-harness-node", mode: 0o755, data: []byte(vmNodeSetupScript)},
 		{path: "/etc/systemd/system/unitlet-harness-node.service", mode: 0o644, data: []byte(vmNodeSetupUnit)},
 		{path: "/etc/systemd/system/multi-user.target.wants/unitlet-harness-node.service", link: "/etc/systemd/system/unitlet-harness-node.service"},
-		{path: "/usr/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
-		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
-		{path: "/usr/lib/sysctl.d/90-unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysctl.d", "90-unitlet.conf")},
-		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(cfg)},
-		{path: "/etc/unitlet/config.d/.keep", mode: 0o644, data: nil},
-		{path: "/etc/systemd/system/multi-user.target.wants/unitlet.target", link: "/etc/systemd/system/unitlet.target"},
+		{path: "/usr/local/sbin/unitlet-harness-install", mode: 0o755, data: []byte(vmInstallScript)},
+		{path: "/etc/systemd/system/" + VMInstallUnit, mode: 0o644, data: []byte(vmInstallUnit)},
+		{path: "/etc/systemd/system/multi-user.target.wants/" + VMInstallUnit, link: "/etc/systemd/system/" + VMInstallUnit},
+		// Root's alone, as the packaged config.yaml (CIS 4.1.9).
+		{path: vmConfigDropIn, mode: 0o600, data: []byte(cfg)},
+	}
+	for _, deb := range debs {
+		files = append(files, vmFile{path: vmDebDir + "/" + filepath.Base(deb), mode: 0o644, from: deb})
 	}
 	for _, svc := range n.Services {
-		files = append(files,
-			vmFile{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)},
-			vmFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.vmUnitDropIn(n, svc))})
-	}
-	units, err := filepath.Glob(filepath.Join(h.repo, "systemd", "*"))
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range units {
-		base := strings.TrimSuffix(filepath.Base(u), filepath.Ext(u))
-		switch ext := filepath.Ext(u); {
-		case ext == ".target", (ext == ".service" || ext == ".socket") && slices.Contains(n.Services, strings.TrimPrefix(base, "unitlet-")):
-			files = append(files, vmFile{path: "/etc/systemd/system/" + filepath.Base(u), mode: unitFileMode, from: u})
-		}
+		files = append(files, vmFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.vmUnitDropIn(n, svc))})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	return files, nil
+}
+
+// DistDir is where the harness takes unitlet's Debian packages from: UNITLET_DIST_DIR when
+// it is set, else the checkout's dist/ (`make deb`).
+func DistDir(repo string) string {
+	if dir := os.Getenv("UNITLET_DIST_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(repo, "dist")
+}
+
+// vmDebNames are the packages a vm node installs: every service's, unitletctl and the
+// unitlet meta-package (which needs them all: a vm node runs every service).
+func vmDebNames() []string {
+	names := []string{"unitlet", "unitletctl"}
+	for _, svc := range knownServices {
+		names = append(names, "unitlet-"+svc)
+	}
+	return names
+}
+
+// vmDebs are the package files of node n, from DistDir: one of each name, each holding
+// the very binary the stack runs (its bin dir), so the node runs what the other backends
+// would.
+func (h *Harness) vmDebs(n Node) ([]string, error) {
+	dist := DistDir(h.repo)
+	const remedy = "run `make build deb` (the packages of the binaries in bin/) and test with UNITLET_BIN_DIR=$PWD/bin, as `make test-vm` does"
+	var debs []string
+	for _, name := range vmDebNames() {
+		found, err := filepath.Glob(filepath.Join(dist, name+"_*.deb"))
+		if err != nil {
+			return nil, err
+		}
+		switch len(found) {
+		case 1:
+		case 0:
+			return nil, fmt.Errorf("%s: no %s_*.deb, which vm node %s installs: %s", dist, name, n.Name, remedy)
+		default:
+			return nil, fmt.Errorf("%s: %d packages of %s (%s): keep one build's packages only (make deb empties dist/ first)", dist, len(found), name, strings.Join(found, ", "))
+		}
+		deb := found[0]
+		if name != "unitlet" {
+			same, err := debHoldsBinary(deb, "/usr/bin/"+name, filepath.Join(h.binDir(), name))
+			if err != nil {
+				return nil, err
+			}
+			if !same {
+				return nil, fmt.Errorf("%s holds another /usr/bin/%s than the stack's %s: %s", deb, name, filepath.Join(h.binDir(), name), remedy)
+			}
+		}
+		debs = append(debs, deb)
+	}
+	return debs, nil
+}
+
+// debHoldsBinary reports whether package deb's file path has the content of file bin.
+func debHoldsBinary(deb, path, bin string) (bool, error) {
+	want, err := os.ReadFile(bin)
+	if err != nil {
+		return false, err
+	}
+	for _, tool := range []struct{ cmd, pkg string }{{"dpkg-deb", "dpkg"}, {"tar", "tar"}} {
+		if _, err := exec.LookPath(tool.cmd); err != nil {
+			return false, fmt.Errorf("%s is missing: apt-get install -y %s", tool.cmd, tool.pkg)
+		}
+	}
+	var got, stderr bytes.Buffer
+	cmd := exec.Command("sh", "-c", `dpkg-deb --fsys-tarfile "$1" | tar -xOf - ".$2"`, "sh", deb, path)
+	cmd.Stdout, cmd.Stderr = &got, &stderr
+	if err := cmd.Run(); err != nil {
+		return false, fmt.Errorf("read %s from %s: %v: %s", path, deb, err, strings.TrimSpace(stderr.String()))
+	}
+	return bytes.Equal(got.Bytes(), want), nil
 }
 
 // vmUnitDropIn is the harness's drop-in for the unit of service svc in a vm node: the
@@ -371,20 +452,34 @@ for t in "$share"/images/*.tar; do
 done
 `
 
-const vmNodeSetupUnit = `# Written by unitlet-harness.
-[Unit]
-Description=unitlet-harness: the node's credentials and test images from the share
-RequiresMountsFor=` + vmShareDir + `
-Wants=containerd.service
-After=containerd.service
+var vmNodeSetupUnit = vmOneshotUnit("the node's credentials and test images from the share",
+	"RequiresMountsFor="+vmShareDir+"\nWants=containerd.service\nAfter=containerd.service\n", "/usr/local/sbin/unitlet-harness-node")
 
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/usr/local/sbin/unitlet-harness-node
-StandardOutput=journal+console
-StandardError=journal+console
+// vmOneshotUnit is a unit of the harness's that runs exec once at boot and reports to the
+// console, after the [Unit] lines deps.
+func vmOneshotUnit(description, deps, exec string) string {
+	return "# Written by unitlet-harness.\n[Unit]\nDescription=unitlet-harness: " + description + "\n" + deps +
+		"\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=" + exec +
+		"\nStandardOutput=journal+console\nStandardError=journal+console\n"
+}
+
+// vmInstallScript is what an administrator does on a new Debian host (docs/install.md):
+// unitlet's packages installed with apt, then unitlet.target started. The node's
+// configuration drop-in and the units' drop-ins are in the image already; the
+// credentials come from unitlet-harness-node.service, which every unitlet service is
+// ordered after (its drop-in). `apt-get install --no-download ./*.deb` would say the
+// path "is not absolute" (apt 2.6): nothing is downloaded anyway, every dependency is in
+// the tree and no mirror is reachable.
+const vmInstallScript = `#!/bin/sh
+# Written by unitlet-harness: install unitlet from its Debian packages, then start it.
+set -eu
+cd ` + vmDebDir + `
+DEBIAN_FRONTEND=noninteractive apt-get install -y ./*.deb
+systemctl start --no-block unitlet.target
 `
+
+var vmInstallUnit = vmOneshotUnit("install unitlet from its Debian packages and start unitlet.target",
+	"After=local-fs.target\n", "/usr/local/sbin/unitlet-harness-install")
 
 // vmShareFiles fills node n's share: its credentials (the kubeconfig reaches the API server
 // at 10.0.2.2, the host as the guest sees it) and the test images.

@@ -15,7 +15,7 @@ func TestJournalReadableUnderTheStatusUnitsSandbox(t *testing.T) {
 sed -e '/^ExecStart=/c ExecStart=/usr/bin/journalctl --utc --no-pager -u unitlet-podsync -n 3' \
     -e '/^Type=/c Type=oneshot' \
     -e '/^Sockets=/d;/^WatchdogSec=/d;/^Restart=/d;/^RestartSec=/d;/^NotifyAccess=/d;/^ExecReload=/d;/^ExecStartPre=/d' \
-    -e '/^\[Install\]/,$d' /etc/systemd/system/unitlet-status.service > /run/systemd/system/unitlet-logprobe.service
+    -e '/^\[Install\]/,$d' "$(systemctl show --value -p FragmentPath unitlet-status.service)" > /run/systemd/system/unitlet-logprobe.service
 echo 'StandardOutput=file:/run/unitlet-logprobe.out' >> /run/systemd/system/unitlet-logprobe.service
 rm -f /run/unitlet-logprobe.out
 systemctl daemon-reload

@@ -592,3 +592,35 @@ func TestLoadRefusesAReadOnlyPort(t *testing.T) {
 		t.Errorf("readOnlyPort: 10255: %v", err)
 	}
 }
+
+// A kubelet's configuration as kubeadm writes it loads as it is, so unitlet-config can
+// read a replaced kubelet's /var/lib/kubelet/config.yaml (docs/install.md), and its
+// values are the ones in effect.
+func TestLoadsTheKubeletConfigKubeadmWrites(t *testing.T) {
+	res, err := Load(filepath.Join("testdata", "kubeadm-config.yaml"), "")
+	if err != nil {
+		t.Fatalf("kubeadm's kubelet configuration: %v", err)
+	}
+	c := res.Config
+	if c.CgroupDriver != "systemd" || c.StaticPodPath != "/etc/kubernetes/manifests" || c.Authentication.X509.ClientCAFile != "/etc/kubernetes/pki/ca.crt" ||
+		c.Authorization.Mode != "Webhook" || c.ResolverConfig == nil || *c.ResolverConfig != "/run/systemd/resolve/resolv.conf" ||
+		c.HealthzPort == nil || *c.HealthzPort != 10248 || !slices.Equal(c.ClusterDNS, []string{"10.96.0.10"}) {
+		t.Errorf("kubeadm's values are not the ones in effect: %s", res.JSON)
+	}
+	// Its zero durations are the kubelet's defaults, as the kubelet reads them.
+	if c.SyncFrequency.Duration != time.Minute || c.NodeStatusUpdateFrequency.Duration != 10*time.Second {
+		t.Errorf("syncFrequency %v, nodeStatusUpdateFrequency %v: want the defaults 1m and 10s for kubeadm's 0s", c.SyncFrequency.Duration, c.NodeStatusUpdateFrequency.Duration)
+	}
+}
+
+// The packaged /etc/unitlet/config.yaml (deploy/config.yaml) loads, and runs the pods'
+// cgroups with the systemd driver, the only one the packaged units allow.
+func TestThePackagedConfigLoads(t *testing.T) {
+	res, err := Load(filepath.Join("..", "..", "..", "deploy", "config.yaml"), "")
+	if err != nil {
+		t.Fatalf("deploy/config.yaml: %v", err)
+	}
+	if res.Config.CgroupDriver != "systemd" {
+		t.Errorf("deploy/config.yaml: cgroupDriver %q, want systemd (the packaged units set ProtectControlGroups=yes)", res.Config.CgroupDriver)
+	}
+}
