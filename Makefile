@@ -34,6 +34,11 @@ LDFLAGS := -s -w -X github.com/unitlet/unitlet/shared/version.Version=$(VERSION)
 # Every module of the workspace, as package patterns.
 PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/... ./integration/...
 UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/config/... ./services/eviction/... ./services/podsync/... ./services/status/... ./services/volumes/...
+# The previous release: the commit whose binaries and packages the mixed-version and upgrade
+# tests run beside this build's (make prev-release; README.md, "Upgrades and mixed
+# versions"). Move it forward when a release is cut.
+PREV_RELEASE := 238c894f4971a83fc0ddc0670752099e75bd40b0
+PREV_DIR := $(CACHE)/prev-release/$(PREV_RELEASE)
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
 .PHONY: all build prereqs deb deb-check test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
@@ -187,6 +192,12 @@ bench-volumes: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkVolumesPrepare -benchtime=5x -count=1 -timeout=30m ./integration/harnesstest/ | tee $(CACHE)/bench-volumes.log
 	@echo; echo "PrepareVolumes, 5 volumes per pod:"; \
 	awk '/^BenchmarkVolumesPrepare/ { line=$$1; for (i=3; i<NF; i+=2) line=line "  " $$(i+1) "=" $$i; print "  " line }' $(CACHE)/bench-volumes.log
+
+## prev-release: the previous release's binaries and packages (PREV_RELEASE, built by its own
+## Makefile from a checkout of it) into ~/.cache/unitlet/prev-release/<commit>, once
+.PHONY: prev-release
+prev-release:
+	deploy/prev-release.sh $(PREV_RELEASE) $(CACHE)
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in test-unit)
 FUZZTIME ?= 30s
