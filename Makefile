@@ -81,8 +81,8 @@ test-unit:
 ## test-integration: real processes under systemd-socket-activate, unit files under
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
-test-integration: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$') ./systemd/...
+test-integration: build harness-binaries prev-release
+	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$') ./systemd/...
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
 ## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
@@ -99,8 +99,8 @@ test-containerd2: build harness-binaries
 ## `make deb`: the install itself, the units' limits in their cgroups, an OOM kill of one
 ## service, a pod from the API server; prints boot-to-installed, boot-to-Ready and
 ## boot-to-first-pod
-test-vm: build harness-binaries deb
-	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
+test-vm: build harness-binaries deb prev-release
+	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 
 ## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
 ## containerd 2.x, built from the pinned modules in integration/tools into the cache
