@@ -212,13 +212,18 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/eviction/policy/
 
-## proto: regenerate the bus API's Go code
+# The description of the payloads the bus carries in bytes fields (shared/payload;
+# README.md, "Payload versioning"), generated with the code and checked with it.
+PAYLOAD_SCHEMAS := proto/payloads/schemas.json
+
+## proto: regenerate the bus API's Go code and the payload schemas' description
 proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 	cd proto && PATH=$(PROTO_PATH) $(BUF) generate
+	$(GO) run ./cmd/payload-schemas write $(PAYLOAD_SCHEMAS)
 
-## proto-check: the committed code matches the .proto files, lint passes, and the API is
-## wire- and JSON-compatible with the last commit on main (HEAD~1 on a clean main, as in CI;
-## main otherwise)
+## proto-check: the committed code and payload schemas match the .proto files and the Go
+## types, lint passes, and the API and the payload schemas are wire- and JSON-compatible
+## with the last commit on main (HEAD~1 on a clean main, as in CI; main otherwise)
 proto-check: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 	cd proto && $(BUF) lint
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -228,10 +233,16 @@ proto-check: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 		if ! cmp -s "$$tmp/$$f" "$$f"; then echo "proto-check: $$f is stale; run make proto and commit"; stale=1; fi; \
 	done < <(cd $$tmp && find . -name '*.go' | sed 's|^\./||'); \
 	[ $$stale -eq 0 ] && echo "proto-check: generated code is current"
+	@$(GO) run ./cmd/payload-schemas check $(PAYLOAD_SCHEMAS)
 	@against=$$(deploy/proto-baseline.sh); \
-	if [ -z "$$against" ]; then echo "proto-check: no earlier API on main to compare with"; \
-	else echo "proto-check: breaking-change check against $$against"; \
-	  cd proto && $(BUF) breaking --against "../.git#ref=$$against,subdir=proto"; fi
+	if [ -z "$$against" ]; then echo "proto-check: no earlier API on main to compare with"; exit 0; fi; \
+	echo "proto-check: breaking-change check against $$against"; \
+	(cd proto && $(BUF) breaking --against "../.git#ref=$$against,subdir=proto"); \
+	if ! git cat-file -e "$$against:$(PAYLOAD_SCHEMAS)" 2>/dev/null; then \
+	  echo "proto-check: $$against has no $(PAYLOAD_SCHEMAS); no payload schemas to compare with"; exit 0; fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	git show "$$against:$(PAYLOAD_SCHEMAS)" > $$tmp/schemas.json; \
+	BASE_NAME=$$against $(GO) run ./cmd/payload-schemas compare $$tmp/schemas.json $(PAYLOAD_SCHEMAS)
 
 ## lint: gofmt, go vet and staticcheck over every module
 lint: $(STATICCHECK)

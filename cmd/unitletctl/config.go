@@ -19,6 +19,7 @@ import (
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 func configCmd(ctx context.Context, g globals) error {
@@ -39,6 +40,9 @@ func configCmd(ctx context.Context, g globals) error {
 	// Older unitlet-configs have no bootstrap status; the rest of the output stands without it.
 	boot, bootErr := client.GetBootstrapStatus(ctx, &configv1.GetBootstrapStatusRequest{})
 	c := cfg.GetConfig()
+	if err := payload.ConfigKubeletConfiguration.Check(c.GetKubeletConfigurationSchema()); err != nil {
+		return fmt.Errorf("unitlet-config sent a configuration this unitletctl cannot read (a newer unitlet-config?): %w", err)
+	}
 	// Secrets stay out of terminals and logs even for root, who can read the files.
 	kc, err := nodeconfig.Redact(c.GetKubeletConfiguration())
 	if err != nil {

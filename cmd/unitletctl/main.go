@@ -38,6 +38,8 @@ type globals struct {
 	output    string
 	timeout   time.Duration
 	stdout    io.Writer
+	// stderr takes warnings about what a command leaves out.
+	stderr io.Writer
 }
 
 func main() {
@@ -64,7 +66,7 @@ Flags:
 %s`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := globals{stdout: stdout}
+	g := globals{stdout: stdout, stderr: stderr}
 	fs := pflag.NewFlagSet("unitletctl", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	defaultDir := "/run/unitlet"

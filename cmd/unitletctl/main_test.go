@@ -25,6 +25,9 @@ type fakeConfig struct {
 	// boot is the TLS bootstrap's status; nil answers Unimplemented, as an older
 	// unitlet-config does.
 	boot *configv1.BootstrapStatus
+	// schema is the configuration's kubelet_configuration_schema; empty as from a
+	// unitlet-config that predates it.
+	schema string
 }
 
 func (f fakeConfig) GetBootstrapStatus(ctx context.Context, r *configv1.GetBootstrapStatusRequest) (*configv1.GetBootstrapStatusResponse, error) {
@@ -34,14 +37,15 @@ func (f fakeConfig) GetBootstrapStatus(ctx context.Context, r *configv1.GetBoots
 	return &configv1.GetBootstrapStatusResponse{Status: f.boot}, nil
 }
 
-func (fakeConfig) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
+func (f fakeConfig) GetConfig(context.Context, *configv1.GetConfigRequest) (*configv1.GetConfigResponse, error) {
 	return &configv1.GetConfigResponse{Config: &configv1.NodeConfig{
-		Generation:           7,
-		KubeletConfiguration: []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":42,"staticPodURLHeader":{"Authorization":["Bearer s3cr3t"]}}`),
-		Sources:              []*configv1.Source{{Kind: configv1.SourceKind_SOURCE_KIND_DEFAULTS}, {Kind: configv1.SourceKind_SOURCE_KIND_FILE, Name: "/etc/unitlet/config.yaml", Sha256: "0123456789abcdef0123"}},
-		Node:                 &configv1.NodeIdentity{Name: "node-a", Ips: []string{"192.0.2.1"}, Labels: map[string]string{"kubernetes.io/os": "linux"}},
-		Paths:                &configv1.Paths{RootDir: "/var/lib/unitlet", CertDir: "/var/lib/unitlet/pki"},
-		LoadTime:             timestamppb.Now(),
+		Generation:                 7,
+		KubeletConfiguration:       []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":42,"staticPodURLHeader":{"Authorization":["Bearer s3cr3t"]}}`),
+		KubeletConfigurationSchema: f.schema,
+		Sources:                    []*configv1.Source{{Kind: configv1.SourceKind_SOURCE_KIND_DEFAULTS}, {Kind: configv1.SourceKind_SOURCE_KIND_FILE, Name: "/etc/unitlet/config.yaml", Sha256: "0123456789abcdef0123"}},
+		Node:                       &configv1.NodeIdentity{Name: "node-a", Ips: []string{"192.0.2.1"}, Labels: map[string]string{"kubernetes.io/os": "linux"}},
+		Paths:                      &configv1.Paths{RootDir: "/var/lib/unitlet", CertDir: "/var/lib/unitlet/pki"},
+		LoadTime:                   timestamppb.Now(),
 	}}, nil
 }
 
@@ -147,6 +151,15 @@ func TestConfig(t *testing.T) {
 		if strings.Contains(o, "s3cr3t") || !strings.Contains(o, "<redacted>") {
 			t.Errorf("the staticPodURLHeader value is shown, or its redaction is not:\n%s", o)
 		}
+	}
+}
+
+func TestConfigRefusesAnUnknownSchema(t *testing.T) {
+	dir := serveFakeConfig(t, fakeConfig{status: &configv1.ReloadStatus{}, schema: "kubelet.config.k8s.io/v1.KubeletConfiguration"})
+	out, errOut, code := ctl("--socket-dir="+dir, "config")
+	want := `unitlet.config.v1.NodeConfig.kubelet_configuration: unknown schema "kubelet.config.k8s.io/v1.KubeletConfiguration" in kubelet_configuration_schema`
+	if code != 1 || !strings.Contains(errOut, want) || strings.Contains(out, "maxPods") {
+		t.Errorf("config in an unknown schema: exit %d, stderr %q, stdout %q; want exit 1 naming it, nothing shown", code, errOut, out)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // podRow is one pod as `unitletctl pods` shows it.
@@ -43,10 +44,7 @@ func podsCmd(ctx context.Context, g globals, now time.Time) error {
 	if err != nil {
 		return explain("podsync", path, err)
 	}
-	rows := make([]podRow, 0, len(pods))
-	for _, p := range pods {
-		rows = append(rows, toRow(p, now))
-	}
+	rows := podRows(pods, now, g.stderr)
 	if g.output == "json" {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
@@ -90,6 +88,20 @@ func listPods(ctx context.Context, c podsyncv1.PodSyncServiceClient) ([]*podsync
 		return resp.GetPods(), nil
 	}
 	return nil, err
+}
+
+// podRows are the rows of pods. A pod whose status is in a schema this unitletctl does not
+// know (a newer podsync's) is left out, with a warning naming it on warn.
+func podRows(pods []*podsyncv1.Pod, now time.Time, warn io.Writer) []podRow {
+	rows := make([]podRow, 0, len(pods))
+	for _, p := range pods {
+		if err := payload.PodsyncPodStatus.Check(p.GetStatusSchema()); err != nil {
+			fmt.Fprintf(warn, "unitletctl: pod %s/%s left out: %v\n", p.GetNamespace(), p.GetName(), err)
+			continue
+		}
+		rows = append(rows, toRow(p, now))
+	}
+	return rows
 }
 
 // toRow summarises a pod as kubectl get pods does: STATUS is the phase, or the reason a

@@ -22,6 +22,7 @@ import (
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/services/config/kubeletconfig"
 	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/payload"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -227,8 +228,9 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 	}
 	warnings = append(warnings, kubeletconfig.Irrelevant(res.Config)...)
 	cfg := &configv1.NodeConfig{
-		KubeletConfiguration: res.JSON,
-		Node:                 node,
+		KubeletConfiguration:       res.JSON,
+		KubeletConfigurationSchema: payload.ConfigKubeletConfiguration.Write,
+		Node:                       node,
 		Paths: &configv1.Paths{
 			Kubeconfig:                    s.opts.Kubeconfig,
 			BootstrapKubeconfig:           s.opts.BootstrapKubeconfig,
@@ -247,6 +249,8 @@ func (s *Service) build() (*configv1.NodeConfig, []string, error) {
 }
 
 // hashOf digests what the configuration says, not where it came from or when it was read.
+// The schema name is left out: a configuration keeps its hash, and so its generation,
+// across the upgrade that began to send the name.
 func hashOf(cfg *configv1.NodeConfig) string {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&configv1.NodeConfig{
 		KubeletConfiguration: cfg.KubeletConfiguration,

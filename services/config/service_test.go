@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 const baseConfig = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 42\n"
@@ -68,6 +69,9 @@ func TestReloadMakesGenerationsAndKeepsLastKnownGood(t *testing.T) {
 	first := s.Current()
 	if first.Generation != 1 || first.Node.Name != "node-1" || !strings.Contains(string(first.KubeletConfiguration), `"maxPods":42`) {
 		t.Fatalf("first load: generation %d node %q config %s", first.Generation, first.Node.Name, first.KubeletConfiguration)
+	}
+	if got := first.GetKubeletConfigurationSchema(); got != payload.SchemaKubeletConfiguration {
+		t.Errorf("kubelet_configuration_schema = %q, want %q", got, payload.SchemaKubeletConfiguration)
 	}
 	sub := s.Subscribe(first.Generation)
 	defer sub.Close()

@@ -2,7 +2,6 @@ package eviction
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	"github.com/unitlet/unitlet/services/eviction/policy"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
+	"github.com/unitlet/unitlet/shared/payload"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -42,8 +42,8 @@ func (s *Server) WatchConditions(req *evictionv1.WatchConditionsRequest, stream 
 // AdmitPod is the admission verdict for a new pod.
 func (s *Server) AdmitPod(_ context.Context, req *evictionv1.AdmitPodRequest) (*evictionv1.AdmitPodResponse, error) {
 	pod := &corev1.Pod{}
-	if err := json.Unmarshal(req.GetPod(), pod); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "pod: not a core/v1 Pod in JSON: %v", err)
+	if err := payload.EvictionPod.DecodeJSON(req.GetPodSchema(), req.GetPod(), pod); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	ok, reason, msg := s.m.Admit(pod)
 	return &evictionv1.AdmitPodResponse{Admit: ok, Reason: reason, Message: msg}, nil

@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	podsync, err := dialPodSync(cfg.SocketDir)
+	podsync, err := dialPodSync(cfg.SocketDir, log.With("component", "podsync"))
 	if err != nil {
 		return err
 	}

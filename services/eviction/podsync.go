@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
@@ -11,20 +12,22 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // busPodSync is unitlet-podsync over the bus.
 type busPodSync struct {
 	conn   *grpc.ClientConn
 	client podsyncv1.PodSyncServiceClient
+	log    *slog.Logger
 }
 
-func dialPodSync(socketDir string) (*busPodSync, error) {
+func dialPodSync(socketDir string, log *slog.Logger) (*busPodSync, error) {
 	conn, err := bus.Dial(socketDir, "podsync")
 	if err != nil {
 		return nil, err
 	}
-	return &busPodSync{conn: conn, client: podsyncv1.NewPodSyncServiceClient(conn)}, nil
+	return &busPodSync{conn: conn, client: podsyncv1.NewPodSyncServiceClient(conn), log: log}, nil
 }
 
 // Close closes the connection.
@@ -36,16 +39,30 @@ func (p *busPodSync) ActivePods(ctx context.Context) ([]ActivePod, error) {
 	if err != nil {
 		return nil, err
 	}
+	return activePods(pods, p.log)
+}
+
+// activePods are the candidates for eviction among podsync's pods. A pod in a schema this
+// build does not know (a newer podsync's) is no candidate; a status in one is left out.
+// Both are logged.
+func activePods(pods []*podsyncv1.Pod, log *slog.Logger) ([]ActivePod, error) {
 	out := make([]ActivePod, 0, len(pods))
 	for _, bp := range pods {
 		if bp.GetTerminating() || bp.GetTerminated() || bp.GetRemoved() || len(bp.GetPod()) == 0 {
 			continue
 		}
+		name := bp.GetNamespace() + "/" + bp.GetName()
+		if err := payload.PodsyncPod.Check(bp.GetPodSchema()); err != nil {
+			log.Warn("a pod from unitlet-podsync is in an unknown schema; it is no candidate for eviction", "pod", name, "err", err)
+			continue
+		}
 		pod := &corev1.Pod{}
 		if err := json.Unmarshal(bp.GetPod(), pod); err != nil {
-			return nil, fmt.Errorf("pod %s/%s from unitlet-podsync: %w", bp.GetNamespace(), bp.GetName(), err)
+			return nil, fmt.Errorf("pod %s from unitlet-podsync: %w", name, err)
 		}
-		if len(bp.GetStatus()) > 0 {
+		if err := payload.PodsyncPodStatus.Check(bp.GetStatusSchema()); err != nil {
+			log.Warn("a pod's status from unitlet-podsync is in an unknown schema; the pod is judged by its spec", "pod", name, "err", err)
+		} else if len(bp.GetStatus()) > 0 {
 			// Best effort: the status tells the QoS class and the phase when the spec
 			// alone does not; a status that does not decode leaves the spec's view.
 			_ = json.Unmarshal(bp.GetStatus(), &pod.Status)

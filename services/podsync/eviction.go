@@ -14,6 +14,7 @@ import (
 
 	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // EvictionAdmitter gives unitlet-eviction's admission verdict on a new pod
@@ -74,7 +75,7 @@ func (e *evictionCheck) verdict(pod *corev1.Pod) (r admission.Result, unchecked 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), evictionTimeout)
 	defer cancel()
-	resp, err := e.client.AdmitPod(ctx, &evictionv1.AdmitPodRequest{Pod: b})
+	resp, err := e.client.AdmitPod(ctx, &evictionv1.AdmitPodRequest{Pod: b, PodSchema: payload.EvictionPod.Write})
 	if err != nil {
 		st := grpcstatus.Convert(err)
 		e.failedAt, e.failure = now, fmt.Sprintf("%s: %s", st.Code(), st.Message())

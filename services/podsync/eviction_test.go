@@ -28,11 +28,13 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 const diskPressure = "The node had condition: [DiskPressure]. "
 
-// fakeEviction is unitlet-eviction's AdmitPod: it refuses the pods named in refuse.
+// fakeEviction is unitlet-eviction's AdmitPod: it refuses the pods named in refuse, and a
+// request without the pod's schema name.
 type fakeEviction struct {
 	evictionv1.UnimplementedEvictionServiceServer
 	refuse map[string]string // pod name -> message
@@ -42,6 +44,9 @@ type fakeEviction struct {
 }
 
 func (f *fakeEviction) AdmitPod(_ context.Context, req *evictionv1.AdmitPodRequest) (*evictionv1.AdmitPodResponse, error) {
+	if req.GetPodSchema() != payload.SchemaPod {
+		return nil, status.Errorf(codes.InvalidArgument, "pod_schema %q, want %q", req.GetPodSchema(), payload.SchemaPod)
+	}
 	var p corev1.Pod
 	if err := json.Unmarshal(req.GetPod(), &p); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -27,6 +27,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/podsource"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/payload"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -271,7 +272,7 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		s.rejected[p.UID] = r
 		st := admission.Reject(p, r)
 		o := s.observedLocked(p, source)
-		o.Status, _ = json.Marshal(st)
+		setStatus(o, st)
 		o.Terminated = true
 		s.publishLocked(o)
 		return
@@ -314,6 +315,7 @@ func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
 	if s.encoded[p.UID] != p {
 		// Sources replace a pod's object when it changes, so the pointer tells.
 		o.Pod, _ = json.Marshal(&corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: busMeta(p.ObjectMeta), Spec: p.Spec})
+		o.PodSchema = payload.PodsyncPod.Write
 		s.encoded[p.UID] = p
 	}
 	if m := s.mirrors[p.Namespace+"/"+p.Name]; m != nil && source != podsource.SourceAPI {
@@ -322,13 +324,19 @@ func (s *Service) observedLocked(p *corev1.Pod, source string) *podsyncv1.Pod {
 	return o
 }
 
+// setStatus puts st in o as the bus carries it.
+func setStatus(o *podsyncv1.Pod, st corev1.PodStatus) {
+	o.Status, _ = json.Marshal(st)
+	o.StatusSchema = payload.PodsyncPodStatus.Write
+}
+
 // Report takes a worker's observation of its pod.
 func (s *Service) Report(ob podworker.Observed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.observedLocked(ob.Pod, ob.Source)
 	o.FirstSeen = timestamppb.New(ob.FirstSeen)
-	o.Status, _ = json.Marshal(ob.Status)
+	setStatus(o, ob.Status)
 	o.Terminating, o.Terminated = ob.Terminating, ob.Terminated
 	o.Containers = o.Containers[:0]
 	for _, c := range ob.Containers {

@@ -15,6 +15,7 @@ import (
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // prepareTimeout bounds one PrepareVolumes call: it blocks until the volumes are ready.
@@ -44,13 +45,13 @@ func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][
 	if _, err := os.Stat(v.socket); err != nil {
 		return nil, fmt.Errorf("unitlet-volumes is not running (no socket at %s): start it with `systemctl start unitlet-volumes.socket`", v.socket)
 	}
-	b, err := json.Marshal(&corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: busMeta(pod.ObjectMeta), Spec: pod.Spec, Status: pod.Status})
+	req, err := prepareRequest(pod, "")
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
-	resp, err := v.client.PrepareVolumes(ctx, &volumesv1.PrepareVolumesRequest{Pod: b})
+	resp, err := v.client.PrepareVolumes(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
 	}
@@ -63,18 +64,28 @@ func (v *busVolumes) PrepareContainer(ctx context.Context, pod *corev1.Pod, cont
 	if _, err := os.Stat(v.socket); err != nil {
 		return nil, fmt.Errorf("unitlet-volumes is not running (no socket at %s): start it with `systemctl start unitlet-volumes.socket`", v.socket)
 	}
-	b, err := json.Marshal(&corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: busMeta(pod.ObjectMeta), Spec: pod.Spec, Status: pod.Status})
+	req, err := prepareRequest(pod, container)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
-	resp, err := v.client.PrepareVolumes(ctx, &volumesv1.PrepareVolumesRequest{Pod: b, Container: container})
+	resp, err := v.client.PrepareVolumes(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
 	}
 	// An older unitlet-volumes answers for every container.
 	return fromProto(resp.GetContainers())[container], nil
+}
+
+// prepareRequest is the PrepareVolumes request for pod: every container's mounts, or
+// container's alone when it is not empty.
+func prepareRequest(pod *corev1.Pod, container string) (*volumesv1.PrepareVolumesRequest, error) {
+	b, err := json.Marshal(&corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: busMeta(pod.ObjectMeta), Spec: pod.Spec, Status: pod.Status})
+	if err != nil {
+		return nil, fmt.Errorf("encode the pod for unitlet-volumes: %w", err)
+	}
+	return &volumesv1.PrepareVolumesRequest{Pod: b, PodSchema: payload.VolumesPod.Write, Container: container}, nil
 }
 
 func fromProto(cms []*volumesv1.ContainerMounts) map[string][]criconfig.Mount {

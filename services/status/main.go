@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	p := parts{
 		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
-		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn)},
+		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn), log: log.With("component", "podsync")},
 		volumes:   volumesClient{c: volumesv1.NewVolumesServiceClient(volumesConn)},
 		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
 		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,

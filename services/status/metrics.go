@@ -68,7 +68,7 @@ func busMetrics(socketDir, svc, registry string, keep func(*dto.MetricFamily) bo
 		if err != nil {
 			return nil, fmt.Errorf("unitlet-%s: get metrics: %w", svc, err)
 		}
-		fams, err := daemon.DecodeMetricFamilies(resp.GetMetricFamilies())
+		fams, err := daemon.DecodeMetrics(resp)
 		if err != nil {
 			return nil, fmt.Errorf("unitlet-%s: %w", svc, err)
 		}

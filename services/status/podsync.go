@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/status/podlogs"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // healthTimeout bounds a health call to another unitlet service: longer than a restart
@@ -28,7 +30,8 @@ const healthTimeout = 3 * time.Second
 // podsyncClient adapts unitlet-podsync's bus API to what the node status, the node API and
 // the log reader need.
 type podsyncClient struct {
-	c podsyncv1.PodSyncServiceClient
+	c   podsyncv1.PodSyncServiceClient
+	log *slog.Logger
 }
 
 var podsResource = schema.GroupResource{Resource: "pods"}
@@ -93,20 +96,29 @@ func (p podsyncClient) Pods(ctx context.Context) ([]*corev1.Pod, error) {
 		if bp.GetRemoved() {
 			continue
 		}
-		out = append(out, decodePod(bp))
+		pod, err := decodePod(bp)
+		if err != nil {
+			p.log.Warn("a pod from unitlet-podsync is left out of /pods", "pod", bp.GetNamespace()+"/"+bp.GetName(), "err", err)
+			continue
+		}
+		out = append(out, pod)
 	}
 	return out, nil
 }
 
 // decodePod rebuilds a v1 Pod from podsync's object and observed status; fields that do not
-// decode are left empty (podsync may be newer than this reader).
-func decodePod(bp *podsyncv1.Pod) *corev1.Pod {
+// decode are left empty (podsync may be newer than this reader). An object or status in a
+// schema this reader does not know is an error: nothing of it is decoded.
+func decodePod(bp *podsyncv1.Pod) (*corev1.Pod, error) {
+	if err := errors.Join(payload.PodsyncPod.Check(bp.GetPodSchema()), payload.PodsyncPodStatus.Check(bp.GetStatusSchema())); err != nil {
+		return nil, err
+	}
 	pod := &corev1.Pod{}
 	_ = json.Unmarshal(bp.GetPod(), pod)
 	pod.Kind, pod.APIVersion = "Pod", "v1"
 	pod.Namespace, pod.Name, pod.UID = bp.GetNamespace(), bp.GetName(), types.UID(bp.GetUid())
 	_ = json.Unmarshal(bp.GetStatus(), &pod.Status)
-	return pod
+	return pod, nil
 }
 
 func (p podsyncClient) find(ctx context.Context, namespace, name string) (*podsyncv1.Pod, error) {
@@ -152,6 +164,9 @@ func (p podsyncClient) Container(ctx context.Context, namespace, pod, container 
 	bp, err := p.find(ctx, namespace, pod)
 	if err != nil {
 		return podlogs.ContainerLog{}, err
+	}
+	if err := payload.PodsyncPodStatus.Check(bp.GetStatusSchema()); err != nil {
+		return podlogs.ContainerLog{}, apierrors.NewServiceUnavailable(fmt.Sprintf("the status of pod %s/%s from unitlet-podsync: %v", namespace, pod, err))
 	}
 	var st corev1.PodStatus
 	_ = json.Unmarshal(bp.GetStatus(), &st)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -16,6 +18,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // fakePodsync answers ListPodsStream (with pods in parts of two, or UNIMPLEMENTED as a
@@ -125,6 +128,30 @@ func TestPodsDecodeObjectAndStatus(t *testing.T) {
 	got := pods[0]
 	if got.UID != "u1" || got.Kind != "Pod" || got.Labels["app"] != "web" || got.Spec.NodeName != "node-1" || got.Status.PodIP != "10.88.0.5" {
 		t.Errorf("Pods[0] = %+v, want the object with its spec, labels and observed status", got)
+	}
+}
+
+func TestPodsLeaveOutAPodInAnUnknownSchema(t *testing.T) {
+	newerPod, newerStatus, current := busPod(t), busPod(t), busPod(t)
+	newerPod.Uid, newerPod.Name, newerPod.PodSchema = "u2", "newer-pod", "core/v2.Pod"
+	newerStatus.Uid, newerStatus.Name, newerStatus.StatusSchema = "u3", "newer-status", "core/v2.PodStatus"
+	current.Uid, current.PodSchema, current.StatusSchema = "u4", payload.SchemaPod, payload.SchemaPodStatus
+	var logged strings.Builder
+	p := podsyncClient{c: &fakePodsync{pods: []*podsyncv1.Pod{busPod(t), newerPod, newerStatus, current}}, log: slog.New(slog.NewTextHandler(&logged, nil))}
+	pods, err := p.Pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 2 || pods[0].UID != "u1" || pods[1].UID != "u4" || pods[1].Status.PodIP != "10.88.0.5" {
+		t.Errorf("Pods = %d pods, want u1 (no schema) and u4 (the current ones) with their status", len(pods))
+	}
+	for _, want := range []string{`pod=default/newer-pod`, `unknown schema \"core/v2.Pod\" in pod_schema`, `pod=default/newer-status`, `unknown schema \"core/v2.PodStatus\" in status_schema`} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logged.String())
+		}
+	}
+	if _, err := p.Container(context.Background(), "default", "newer-status", "main"); !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), `unknown schema "core/v2.PodStatus"`) {
+		t.Errorf("Container of a pod whose status is in an unknown schema: %v, want ServiceUnavailable naming it", err)
 	}
 }
 

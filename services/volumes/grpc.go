@@ -2,7 +2,6 @@ package volumes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // Server is the bus API of unitlet-volumes.
@@ -29,8 +29,8 @@ func NewServer(m *Manager, mt *metrics) *Server { return &Server{m: m, metrics: 
 // container's, its subPaths resolved again, when the request names it.
 func (s *Server) PrepareVolumes(ctx context.Context, req *volumesv1.PrepareVolumesRequest) (*volumesv1.PrepareVolumesResponse, error) {
 	pod := &corev1.Pod{}
-	if err := json.Unmarshal(req.GetPod(), pod); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "pod: %v", err)
+	if err := payload.VolumesPod.DecodeJSON(req.GetPodSchema(), req.GetPod(), pod); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if pod.UID == "" {
 		return nil, status.Error(codes.InvalidArgument, "pod: metadata.uid is required")

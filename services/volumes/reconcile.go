@@ -2,7 +2,6 @@ package volumes
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"maps"
 	"time"
@@ -19,6 +18,7 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/liveness"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // PodLister is podsync's ListPodsStream, and ListPods for a podsync that predates it.
@@ -116,7 +116,8 @@ func (r *reconciler) once(ctx context.Context) {
 			continue // podsync has not asked for them yet
 		}
 		pod := &corev1.Pod{}
-		if err := json.Unmarshal(bp.GetPod(), pod); err != nil {
+		if err := payload.PodsyncPod.DecodeJSON(bp.GetPodSchema(), bp.GetPod(), pod); err != nil {
+			r.log.Warn("a pod from unitlet-podsync does not decode; its volumes are not updated", "pod", bp.GetNamespace()+"/"+bp.GetName(), "err", err)
 			continue
 		}
 		pod.UID = uid

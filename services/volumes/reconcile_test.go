@@ -2,9 +2,12 @@ package volumes
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +16,10 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // fakeLister serves ListPodsStream from parts, then ends with end (io.EOF: the whole
@@ -98,5 +103,51 @@ func TestOrphanNeedsTwoRounds(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(m.podsDir, "syncing", "volumes")); err != nil {
 		t.Errorf("the syncing pod's volumes were touched: %v", err)
+	}
+}
+
+// failingSandboxes is a runtime that does not answer: a round releases nothing.
+type failingSandboxes struct{}
+
+func (failingSandboxes) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	return nil, grpcstatus.Error(codes.Unavailable, "no runtime")
+}
+
+// TestReconcileSkipsAPodInAnUnknownSchema: a round rewrites the configMap of the pods in
+// the original schema (named or not) and leaves alone, with a warning naming it, one in a
+// schema this build does not know.
+func TestReconcileSkipsAPodInAnUnknownSchema(t *testing.T) {
+	payloads := &fakePayloads{content: "v1"}
+	m, _ := newTestManager(t, payloads)
+	vols := []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+	var listed []*podsyncv1.Pod
+	for uid, schema := range map[string]string{"old": "", "current": payload.SchemaPod, "newer": "core/v2.Pod"} {
+		pod := testPod(uid, vols, nil)
+		if _, err := m.Prepare(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, &podsyncv1.Pod{Uid: uid, Namespace: pod.Namespace, Name: pod.Name, Pod: b, PodSchema: schema})
+	}
+	payloads.content = "v2"
+	var logged strings.Builder
+	r := &reconciler{m: m, pods: &fakeLister{parts: [][]*podsyncv1.Pod{listed}, end: io.EOF}, sandboxes: failingSandboxes{}, log: slog.New(slog.NewTextHandler(&logged, nil))}
+	r.once(context.Background())
+	for uid, want := range map[string]string{"old": "v2:config", "current": "v2:config", "newer": "v1:config"} {
+		files, _ := filepath.Glob(filepath.Join(m.podsDir, uid, "volumes", "*", "config", "key"))
+		if len(files) != 1 {
+			t.Fatalf("pod %s: configMap files %v, want one", uid, files)
+		}
+		if got, err := os.ReadFile(files[0]); err != nil || string(got) != want {
+			t.Errorf("pod %s: configMap holds %q (%v), want %q", uid, got, err, want)
+		}
+	}
+	for _, want := range []string{"pod=default/pod-newer", `unknown schema \"core/v2.Pod\" in pod_schema`} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logged.String())
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // AddRegistry keeps a registry apart from the process's own under name: GetMetrics serves
@@ -66,10 +67,20 @@ func (s infoServer) GetMetrics(_ context.Context, req *daemonv1.GetMetricsReques
 			return nil, status.Errorf(codes.Internal, "encode metric family %s: %v", f.GetName(), err)
 		}
 	}
-	return &daemonv1.GetMetricsResponse{MetricFamilies: buf.Bytes()}, nil
+	return &daemonv1.GetMetricsResponse{MetricFamilies: buf.Bytes(), MetricFamiliesSchema: payload.DaemonMetricFamilies.Write}, nil
 }
 
-// DecodeMetricFamilies reads GetMetricsResponse.metric_families.
+// DecodeMetrics reads a GetMetrics answer's families, refusing a schema this build does
+// not know.
+func DecodeMetrics(resp *daemonv1.GetMetricsResponse) ([]*dto.MetricFamily, error) {
+	if err := payload.DaemonMetricFamilies.Check(resp.GetMetricFamiliesSchema()); err != nil {
+		return nil, err
+	}
+	return DecodeMetricFamilies(resp.GetMetricFamilies())
+}
+
+// DecodeMetricFamilies reads GetMetricsResponse.metric_families in its original schema,
+// payload.SchemaMetricFamilies; readers of a whole answer use DecodeMetrics.
 func DecodeMetricFamilies(b []byte) ([]*dto.MetricFamily, error) {
 	dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
 	var fams []*dto.MetricFamily

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,7 +10,26 @@ import (
 	"google.golang.org/grpc/status"
 
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
+	"github.com/unitlet/unitlet/shared/payload"
 )
+
+func TestDecodeMetricsTakesTheOriginalSchemaAndRefusesAnUnknownOne(t *testing.T) {
+	g := prometheus.NewRegistry()
+	g.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "a_total", Help: "h"}))
+	resp, err := infoServer{d: &Daemon{opts: Options{Registry: g}}}.GetMetrics(context.Background(), &daemonv1.GetMetricsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.MetricFamiliesSchema = "" // a service that predates the field
+	if fams, err := DecodeMetrics(resp); err != nil || len(fams) != 1 || fams[0].GetName() != "a_total" {
+		t.Errorf("no schema: families %v, err %v; want a_total", fams, err)
+	}
+	resp.MetricFamiliesSchema = "io.prometheus.client.MetricFamily;encoding=text"
+	fams, err := DecodeMetrics(resp)
+	if err == nil || fams != nil || !strings.Contains(err.Error(), `unitlet.daemon.v1.GetMetricsResponse.metric_families: unknown schema "io.prometheus.client.MetricFamily;encoding=text"`) {
+		t.Errorf("unknown schema: families %v, err %v; want it refused, naming the field and the schema", fams, err)
+	}
+}
 
 func TestGetMetricsServesEachRegistry(t *testing.T) {
 	d, _, _, _, _ := runDaemon(t, func(context.Context) error { return nil })
@@ -25,7 +45,10 @@ func TestGetMetricsServesEachRegistry(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		fams, err := DecodeMetricFamilies(resp.GetMetricFamilies())
+		if got := resp.GetMetricFamiliesSchema(); got != payload.SchemaMetricFamilies {
+			t.Errorf("metric_families_schema = %q, want %q", got, payload.SchemaMetricFamilies)
+		}
+		fams, err := DecodeMetrics(resp)
 		if err != nil {
 			t.Fatal(err)
 		}

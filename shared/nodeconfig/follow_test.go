@@ -139,3 +139,18 @@ func TestFollowerAppliesLiveFields(t *testing.T) {
 		t.Errorf("%v, applied %v, %+v: want 2 and 3 offered live, 3 refused and 2 in force", err, applied, st)
 	}
 }
+
+func TestFollowerSkipsAGenerationInAnUnknownSchema(t *testing.T) {
+	var applied []uint64
+	f := &Follower{Service: "eviction", supervised: func() bool { return true }, Apply: func(c *Config) error {
+		applied = append(applied, c.Generation)
+		return nil
+	}}
+	newer := nodeConfig(2, `{"evictionSoft":{"memory.available":"2Gi"}}`)
+	newer.KubeletConfigurationSchema = "kubelet.config.k8s.io/v1.KubeletConfiguration"
+	st, err := run(t, f, nodeConfig(1, `{"evictionSoft":{"memory.available":"1Gi"}}`), newer,
+		nodeConfig(3, `{"evictionSoft":{"memory.available":"3Gi"}}`))
+	if err != nil || !slices.Equal(applied, []uint64{3}) || st.Generation != 3 {
+		t.Errorf("%v, applied %v, %+v: want 2 skipped, 3 applied and in force", err, applied, st)
+	}
+}

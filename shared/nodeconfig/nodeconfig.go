@@ -4,7 +4,6 @@ package nodeconfig
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // Wait bounds the wait for unitlet-config at a service's start.
@@ -47,10 +47,11 @@ func Get(ctx context.Context, socketDir string) (*Config, error) {
 }
 
 // Decode turns a bus NodeConfig into a Config. The KubeletConfiguration is decoded
-// leniently: a newer unitlet-config may set fields this reader does not know.
+// leniently: a newer unitlet-config may set fields this reader does not know. One in a
+// schema this reader does not know is refused (payload.ConfigKubeletConfiguration).
 func Decode(nc *configv1.NodeConfig) (*Config, error) {
 	kc := &kubeletconfigv1beta1.KubeletConfiguration{}
-	if err := json.Unmarshal(nc.GetKubeletConfiguration(), kc); err != nil {
+	if err := payload.ConfigKubeletConfiguration.DecodeJSON(nc.GetKubeletConfigurationSchema(), nc.GetKubeletConfiguration(), kc); err != nil {
 		return nil, fmt.Errorf("decode the KubeletConfiguration from unitlet-config: %w", err)
 	}
 	c := &Config{KubeletConfiguration: kc, Node: nc.GetNode(), Paths: nc.GetPaths(), Generation: nc.GetGeneration(), Raw: nc.GetKubeletConfiguration()}

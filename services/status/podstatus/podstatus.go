@@ -8,7 +8,6 @@ package podstatus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +32,7 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/kubeapi"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 // SourceAPI is podsync's source name for pods from the API server; "file" and "http" are
@@ -301,7 +301,7 @@ func (m *Manager) updateLocked(p *podsyncv1.Pod) bool {
 	}
 	if len(p.GetStatus()) > 0 && string(e.raw) != string(p.GetStatus()) {
 		var st corev1.PodStatus
-		if err := json.Unmarshal(p.GetStatus(), &st); err != nil {
+		if err := payload.PodsyncPodStatus.DecodeJSON(p.GetStatusSchema(), p.GetStatus(), &st); err != nil {
 			m.log.Warn("ignored a pod status podsync sent", "pod", p.GetNamespace()+"/"+p.GetName(), "uid", uid, "err", err)
 		} else {
 			e.raw, e.status = p.GetStatus(), st

@@ -26,6 +26,7 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/payload"
 )
 
 const node = "node-1"
@@ -703,5 +704,21 @@ func TestForbiddenReadOfAPodMissingFromTheInformerDropsIt(t *testing.T) {
 	}
 	if got := f.apiPod(t, "a"); got.Status.Phase != corev1.PodRunning {
 		t.Errorf("phase of a = %s, want Running", got.Status.Phase)
+	}
+}
+
+func TestStatusInAnUnknownSchemaIsNotWritten(t *testing.T) {
+	f := newFixture(t, nil, 0, apiPod("a", "uid-a", corev1.PodStatus{Phase: corev1.PodPending}), apiPod("b", "uid-b", corev1.PodStatus{Phase: corev1.PodPending}))
+	newer := psPod("uid-a", "a", SourceAPI, running(false, t0))
+	newer.StatusSchema = "core/v2.PodStatus"
+	current := psPod("uid-b", "b", SourceAPI, running(false, t0))
+	current.StatusSchema = payload.SchemaPodStatus
+	f.w.send(t, msg(1, true, newer, current))
+	f.settle(t)
+	if got := f.apiPod(t, "a").Status.Phase; got != corev1.PodPending {
+		t.Errorf("pod a, its status in an unknown schema: phase %s in the API, want Pending (nothing written)", got)
+	}
+	if got := f.apiPod(t, "b").Status.Phase; got != corev1.PodRunning {
+		t.Errorf("pod b: phase %s in the API, want Running", got)
 	}
 }

@@ -503,9 +503,14 @@ type NodeConfig struct {
 	// When this generation was loaded.
 	LoadTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=load_time,json=loadTime,proto3" json:"load_time,omitempty"`
 	// SHA-256 of kubelet_configuration, node and paths: equal hashes mean equal configs.
-	Hash          string `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hash string `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	// The schema of kubelet_configuration: "kubelet.config.k8s.io/v1beta1.KubeletConfiguration"
+	// (the JSON encoding of k8s.io/kubelet/config/v1beta1's type). Every writer sets it; empty
+	// means that schema (a unitlet-config that predates the field). A reader refuses a name it
+	// does not know rather than decode it (README.md, "Payload versioning").
+	KubeletConfigurationSchema string `protobuf:"bytes,8,opt,name=kubelet_configuration_schema,json=kubeletConfigurationSchema,proto3" json:"kubelet_configuration_schema,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *NodeConfig) Reset() {
@@ -583,6 +588,13 @@ func (x *NodeConfig) GetLoadTime() *timestamppb.Timestamp {
 func (x *NodeConfig) GetHash() string {
 	if x != nil {
 		return x.Hash
+	}
+	return ""
+}
+
+func (x *NodeConfig) GetKubeletConfigurationSchema() string {
+	if x != nil {
+		return x.KubeletConfigurationSchema
 	}
 	return ""
 }
@@ -1119,7 +1131,7 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\v2\x1f.unitlet.config.v1.ReloadStatusR\x06status\"\x1b\n" +
 	"\x19GetBootstrapStatusRequest\"X\n" +
 	"\x1aGetBootstrapStatusResponse\x12:\n" +
-	"\x06status\x18\x01 \x01(\v2\".unitlet.config.v1.BootstrapStatusR\x06status\"\xc8\x02\n" +
+	"\x06status\x18\x01 \x01(\v2\".unitlet.config.v1.BootstrapStatusR\x06status\"\x8a\x03\n" +
 	"\n" +
 	"NodeConfig\x12\x1e\n" +
 	"\n" +
@@ -1130,7 +1142,8 @@ const file_unitlet_config_v1_config_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\v2\x1f.unitlet.config.v1.NodeIdentityR\x04node\x12.\n" +
 	"\x05paths\x18\x05 \x01(\v2\x18.unitlet.config.v1.PathsR\x05paths\x127\n" +
 	"\tload_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bloadTime\x12\x12\n" +
-	"\x04hash\x18\a \x01(\tR\x04hash\"g\n" +
+	"\x04hash\x18\a \x01(\tR\x04hash\x12@\n" +
+	"\x1ckubelet_configuration_schema\x18\b \x01(\tR\x1akubeletConfigurationSchema\"g\n" +
 	"\x06Source\x121\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1d.unitlet.config.v1.SourceKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +

@@ -242,8 +242,12 @@ type GetMetricsResponse struct {
 	// (github.com/prometheus/client_model metrics.proto) in Prometheus's length-delimited
 	// protobuf encoding (application/vnd.google.protobuf; encoding=delimited), sorted by name.
 	MetricFamilies []byte `protobuf:"bytes,1,opt,name=metric_families,json=metricFamilies,proto3" json:"metric_families,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The schema of metric_families: "io.prometheus.client.MetricFamily;encoding=delimited".
+	// Every writer sets it; empty means that schema (a service that predates the field). A
+	// reader refuses a name it does not know rather than decode it.
+	MetricFamiliesSchema string `protobuf:"bytes,2,opt,name=metric_families_schema,json=metricFamiliesSchema,proto3" json:"metric_families_schema,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetMetricsResponse) Reset() {
@@ -283,6 +287,13 @@ func (x *GetMetricsResponse) GetMetricFamilies() []byte {
 	return nil
 }
 
+func (x *GetMetricsResponse) GetMetricFamiliesSchema() string {
+	if x != nil {
+		return x.MetricFamiliesSchema
+	}
+	return ""
+}
+
 var File_unitlet_daemon_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
@@ -305,9 +316,10 @@ const file_unitlet_daemon_v1_daemon_proto_rawDesc = "" +
 	"\x15pending_config_fields\x18\n" +
 	" \x03(\tR\x13pendingConfigFields\"/\n" +
 	"\x11GetMetricsRequest\x12\x1a\n" +
-	"\bregistry\x18\x01 \x01(\tR\bregistry\"=\n" +
+	"\bregistry\x18\x01 \x01(\tR\bregistry\"s\n" +
 	"\x12GetMetricsResponse\x12'\n" +
-	"\x0fmetric_families\x18\x01 \x01(\fR\x0emetricFamilies2\xbc\x01\n" +
+	"\x0fmetric_families\x18\x01 \x01(\fR\x0emetricFamilies\x124\n" +
+	"\x16metric_families_schema\x18\x02 \x01(\tR\x14metricFamiliesSchema2\xbc\x01\n" +
 	"\rDaemonService\x12P\n" +
 	"\aGetInfo\x12!.unitlet.daemon.v1.GetInfoRequest\x1a\".unitlet.daemon.v1.GetInfoResponse\x12Y\n" +
 	"\n" +

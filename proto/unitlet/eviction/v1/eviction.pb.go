@@ -672,7 +672,11 @@ func (x *WatchConditionsResponse) GetConditions() []*Condition {
 type AdmitPodRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pod: a core/v1 Pod encoded as JSON (metadata and spec are read).
-	Pod           []byte `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pod []byte `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The schema of pod: "core/v1.Pod". Every writer sets it; empty means that schema (a
+	// podsync that predates the field). A name unitlet-eviction does not know is
+	// INVALID_ARGUMENT, naming the schemas it understands.
+	PodSchema     string `protobuf:"bytes,2,opt,name=pod_schema,json=podSchema,proto3" json:"pod_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +716,13 @@ func (x *AdmitPodRequest) GetPod() []byte {
 		return x.Pod
 	}
 	return nil
+}
+
+func (x *AdmitPodRequest) GetPodSchema() string {
+	if x != nil {
+		return x.PodSchema
+	}
+	return ""
 }
 
 type AdmitPodResponse struct {
@@ -830,9 +841,11 @@ const file_unitlet_eviction_v1_eviction_proto_rawDesc = "" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12>\n" +
 	"\n" +
 	"conditions\x18\x02 \x03(\v2\x1e.unitlet.eviction.v1.ConditionR\n" +
-	"conditions\"#\n" +
+	"conditions\"B\n" +
 	"\x0fAdmitPodRequest\x12\x10\n" +
-	"\x03pod\x18\x01 \x01(\fR\x03pod\"Z\n" +
+	"\x03pod\x18\x01 \x01(\fR\x03pod\x12\x1d\n" +
+	"\n" +
+	"pod_schema\x18\x02 \x01(\tR\tpodSchema\"Z\n" +
 	"\x10AdmitPodResponse\x12\x14\n" +
 	"\x05admit\x18\x01 \x01(\bR\x05admit\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +

@@ -527,7 +527,14 @@ type Pod struct {
 	MirrorUid string `protobuf:"bytes,11,opt,name=mirror_uid,json=mirrorUid,proto3" json:"mirror_uid,omitempty"`
 	// The pod as podsync runs it: a core/v1 Pod encoded as JSON with its metadata and spec
 	// (its status is in status), for the node API's /pods. Decode leniently.
-	Pod           []byte `protobuf:"bytes,12,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pod []byte `protobuf:"bytes,12,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The schema of status: "core/v1.PodStatus" (the JSON encoding of k8s.io/api/core/v1's
+	// type). Every writer sets it; empty means that schema (a podsync that predates the
+	// field). A reader skips a status whose schema it does not know, saying so.
+	StatusSchema string `protobuf:"bytes,13,opt,name=status_schema,json=statusSchema,proto3" json:"status_schema,omitempty"`
+	// The schema of pod: "core/v1.Pod". Empty means that schema, as for status_schema; a
+	// reader skips a pod whose schema it does not know, saying so.
+	PodSchema     string `protobuf:"bytes,14,opt,name=pod_schema,json=podSchema,proto3" json:"pod_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,6 +651,20 @@ func (x *Pod) GetPod() []byte {
 		return x.Pod
 	}
 	return nil
+}
+
+func (x *Pod) GetStatusSchema() string {
+	if x != nil {
+		return x.StatusSchema
+	}
+	return ""
+}
+
+func (x *Pod) GetPodSchema() string {
+	if x != nil {
+		return x.PodSchema
+	}
+	return ""
 }
 
 // Container is one container of a pod, as the runtime runs it.
@@ -1183,7 +1204,7 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12+\n" +
 	"\x04pods\x18\x03 \x03(\v2\x17.unitlet.podsync.v1.PodR\x04pods\x12-\n" +
-	"\x12snapshot_continues\x18\x04 \x01(\bR\x11snapshotContinues\"\x80\x03\n" +
+	"\x12snapshot_continues\x18\x04 \x01(\bR\x11snapshotContinues\"\xc4\x03\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1203,7 +1224,10 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"containers\x12\x1d\n" +
 	"\n" +
 	"mirror_uid\x18\v \x01(\tR\tmirrorUid\x12\x10\n" +
-	"\x03pod\x18\f \x01(\fR\x03pod\"^\n" +
+	"\x03pod\x18\f \x01(\fR\x03pod\x12#\n" +
+	"\rstatus_schema\x18\r \x01(\tR\fstatusSchema\x12\x1d\n" +
+	"\n" +
+	"pod_schema\x18\x0e \x01(\tR\tpodSchema\"^\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x19\n" +

@@ -89,7 +89,11 @@ type PrepareVolumesRequest struct {
 	// turned into an escape is refused with FAILED_PRECONDITION and the container waits.
 	// Empty: every container's mounts, a subPath mount already made kept as it is. An
 	// older unitlet-volumes ignores the field and answers for every container.
-	Container     string `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	Container string `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	// The schema of pod: "core/v1.Pod". Every writer sets it; empty means that schema (a
+	// podsync that predates the field). A name unitlet-volumes does not know is
+	// INVALID_ARGUMENT, naming the schemas it understands.
+	PodSchema     string `protobuf:"bytes,3,opt,name=pod_schema,json=podSchema,proto3" json:"pod_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +138,13 @@ func (x *PrepareVolumesRequest) GetPod() []byte {
 func (x *PrepareVolumesRequest) GetContainer() string {
 	if x != nil {
 		return x.Container
+	}
+	return ""
+}
+
+func (x *PrepareVolumesRequest) GetPodSchema() string {
+	if x != nil {
+		return x.PodSchema
 	}
 	return ""
 }
@@ -594,10 +605,12 @@ var File_unitlet_volumes_v1_volumes_proto protoreflect.FileDescriptor
 
 const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"\n" +
-	" unitlet/volumes/v1/volumes.proto\x12\x12unitlet.volumes.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"G\n" +
+	" unitlet/volumes/v1/volumes.proto\x12\x12unitlet.volumes.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n" +
 	"\x15PrepareVolumesRequest\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\fR\x03pod\x12\x1c\n" +
-	"\tcontainer\x18\x02 \x01(\tR\tcontainer\"]\n" +
+	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x12\x1d\n" +
+	"\n" +
+	"pod_schema\x18\x03 \x01(\tR\tpodSchema\"]\n" +
 	"\x16PrepareVolumesResponse\x12C\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2#.unitlet.volumes.v1.ContainerMountsR\n" +
