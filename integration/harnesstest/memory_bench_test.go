@@ -222,7 +222,7 @@ func goMemory(ctx context.Context, node, svc string, u *memUse) error {
 	if err != nil {
 		return fmt.Errorf("unitlet-%s GetMetrics: %w", svc, err)
 	}
-	fams, err := daemon.DecodeMetricFamilies(resp.GetMetricFamilies())
+	fams, err := daemon.DecodeMetrics(resp)
 	if err != nil {
 		return fmt.Errorf("unitlet-%s: %w", svc, err)
 	}

@@ -40,7 +40,7 @@ func readHistograms(ctx context.Context, node, service string, families ...strin
 	if err != nil {
 		return nil, fmt.Errorf("the metrics of unitlet-%s: %w", service, err)
 	}
-	fams, err := daemon.DecodeMetricFamilies(resp.GetMetricFamilies())
+	fams, err := daemon.DecodeMetrics(resp)
 	if err != nil {
 		return nil, err
 	}

@@ -76,13 +76,7 @@ func DecodeMetrics(resp *daemonv1.GetMetricsResponse) ([]*dto.MetricFamily, erro
 	if err := payload.DaemonMetricFamilies.Check(resp.GetMetricFamiliesSchema()); err != nil {
 		return nil, err
 	}
-	return DecodeMetricFamilies(resp.GetMetricFamilies())
-}
-
-// DecodeMetricFamilies reads GetMetricsResponse.metric_families in its original schema,
-// payload.SchemaMetricFamilies; readers of a whole answer use DecodeMetrics.
-func DecodeMetricFamilies(b []byte) ([]*dto.MetricFamily, error) {
-	dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
+	dec := expfmt.NewDecoder(bytes.NewReader(resp.GetMetricFamilies()), expfmt.NewFormat(expfmt.TypeProtoDelim))
 	var fams []*dto.MetricFamily
 	for {
 		f := &dto.MetricFamily{}
