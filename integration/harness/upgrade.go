@@ -89,12 +89,14 @@ type VMInstall struct {
 	// DpkgStart and DpkgEnd bound dpkg's run; DpkgOutput is what it printed.
 	DpkgStart, DpkgEnd time.Time
 	DpkgOutput         string
-	// OldPID and NewPID are the service's MainPID before and after; Exited is when the old
-	// process was gone (zero if it was not).
+	// OldPID and NewPID are the service's MainPID before and after. Exited is when the old
+	// process was gone and Ready when the new one told systemd it was (READY=1: its
+	// sockets taken and its state loaded), from the unit's InactiveEnterTimestamp and
+	// ActiveEnterTimestamp; zero when systemd did not restart it.
 	OldPID, NewPID int
-	Exited         time.Time
-	// Calls are `unitletctl status <Service>` back to back from before dpkg started until the
-	// new process answered one.
+	Exited, Ready  time.Time
+	// Calls are `unitletctl status <Service>`, one a second, from before dpkg started until
+	// the new process answered one.
 	Calls []VMCall
 }
 
@@ -119,8 +121,19 @@ func (in VMInstall) FirstAnswer() (VMCall, bool) {
 	return VMCall{}, false
 }
 
-// Downtime is the time from the old process's exit to the new one's first answer.
+// Downtime is the time from the old process's exit to the new one's readiness, and
+// whether both were seen.
 func (in VMInstall) Downtime() (time.Duration, bool) {
+	if in.Exited.IsZero() || in.Ready.Before(in.Exited) {
+		return 0, false
+	}
+	return in.Ready.Sub(in.Exited), true
+}
+
+// ToFirstAnswer is the time from the old process's exit to the end of the first call the
+// new one answered, as its caller saw it (that call's own run included), and whether both
+// were seen.
+func (in VMInstall) ToFirstAnswer() (time.Duration, bool) {
 	first, ok := in.FirstAnswer()
 	if !ok || in.Exited.IsZero() {
 		return 0, false
@@ -140,9 +153,11 @@ func (in VMInstall) Failed() []VMCall {
 }
 
 // vmInstallStepScript installs packages $2... with dpkg -i; when $1 names a service, a
-// watcher notes when its main process exits and a caller asks it for its identity back to
-// back (the current unitletctl; a minute's timeout, so a call waits in the socket's queue
-// while the service restarts rather than fail) until the new process answered once.
+// caller asks it for its identity once a second (the current unitletctl, with a minute's
+// timeout, so a call made while the service restarts waits in the socket's queue rather
+// than fail) until the new process answered once, and systemd's timestamps of the restart
+// are printed. The guest is emulated and has one CPU: a caller any busier, or a watcher
+// polling the old process, slowed everything else down (dpkg ran for minutes).
 const vmInstallStepScript = `set -u
 svc=$1
 shift
@@ -151,11 +166,6 @@ now() { date +%s.%N; }
 if [ -n "$svc" ]; then
 	old=$(systemctl show -p MainPID --value "unitlet-$svc.service")
 	echo "old $old"
-	(
-		while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
-		echo "exited $(now)"
-	) >"$dir/exited" &
-	watcher=$!
 	(
 		while [ ! -e "$dir/stop" ]; do
 			s=$(now)
@@ -168,13 +178,14 @@ if [ -n "$svc" ]; then
 			else
 				echo "fail $s $e rc=$rc $(printf '%s' "$out" | tr '\n' ' ')"
 			fi
+			sleep 1
 		done
 	) >"$dir/calls" &
 	caller=$!
 	# One call answered by the old process before dpkg starts.
-	for i in $(seq 1 300); do
+	for i in $(seq 1 600); do
 		grep -q '^call ' "$dir/calls" && break
-		sleep 0.1
+		sleep 0.2
 	done
 fi
 start=$(now)
@@ -185,17 +196,16 @@ sed 's/^/dpkg-out /' "$dir/dpkg"
 if [ -n "$svc" ]; then
 	new=$(systemctl show -p MainPID --value "unitlet-$svc.service")
 	echo "new $new"
+	systemctl show --timestamp=us+utc -p InactiveEnterTimestamp -p ActiveEnterTimestamp "unitlet-$svc.service" | sed 's/^/unit /'
 	if [ "$new" != "$old" ]; then
-		for i in $(seq 1 600); do
+		for i in $(seq 1 300); do
 			grep -q "^call [^ ]* [^ ]* $new " "$dir/calls" && break
-			sleep 0.1
+			sleep 0.2
 		done
-	else
-		kill "$watcher" 2>/dev/null
 	fi
 	touch "$dir/stop"
-	wait "$caller" "$watcher"
-	cat "$dir/exited" "$dir/calls"
+	wait "$caller"
+	cat "$dir/calls"
 fi
 rm -rf "$dir"
 `
@@ -204,12 +214,22 @@ rm -rf "$dir"
 // it; svc names the service whose package this is, whose restart it watches and times
 // ("" for a package without a service, or for several at once).
 func (h *Harness) VMInstall(ctx context.Context, node, svc string, debs ...string) (VMInstall, error) {
-	in := VMInstall{Service: svc}
 	out, err := h.vmRun(ctx, node, append([]string{"sh", "-c", vmInstallStepScript, "sh", svc}, debs...)...)
 	if err != nil {
-		return in, fmt.Errorf("dpkg -i %s on %s: %v\n%s", strings.Join(debs, " "), node, err, out)
+		return VMInstall{Service: svc}, fmt.Errorf("dpkg -i %s on %s: %v\n%s", strings.Join(debs, " "), node, err, out)
 	}
+	in, err := parseVMInstall(svc, out)
+	if err != nil {
+		return in, fmt.Errorf("dpkg -i %s on %s: %w", strings.Join(debs, " "), node, err)
+	}
+	return in, nil
+}
+
+// parseVMInstall reads what vmInstallStepScript printed.
+func parseVMInstall(svc, out string) (VMInstall, error) {
+	in := VMInstall{Service: svc}
 	var dpkgRC, dpkgOut []string
+	units := map[string]time.Time{}
 	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		kind, rest, _ := strings.Cut(line, " ")
 		f := strings.Fields(rest)
@@ -218,8 +238,9 @@ func (h *Harness) VMInstall(ctx context.Context, node, svc string, debs ...strin
 			in.OldPID, _ = strconv.Atoi(f[0])
 		case kind == "new" && len(f) == 1:
 			in.NewPID, _ = strconv.Atoi(f[0])
-		case kind == "exited" && len(f) == 1:
-			in.Exited = guestTime(f[0])
+		case kind == "unit":
+			k, v, _ := strings.Cut(rest, "=")
+			units[k], _ = time.Parse(systemdTimestamp, v)
 		case kind == "dpkg" && len(f) == 3:
 			in.DpkgStart, in.DpkgEnd = guestTime(f[0]), guestTime(f[1])
 			dpkgRC = append(dpkgRC, f[2])
@@ -233,14 +254,20 @@ func (h *Harness) VMInstall(ctx context.Context, node, svc string, debs ...strin
 		}
 	}
 	in.DpkgOutput = strings.Join(dpkgOut, "\n")
+	if in.NewPID != in.OldPID {
+		in.Exited, in.Ready = units["InactiveEnterTimestamp"], units["ActiveEnterTimestamp"]
+	}
 	if len(dpkgRC) != 1 {
-		return in, fmt.Errorf("dpkg -i %s on %s: the guest's script did not report dpkg's run:\n%s", strings.Join(debs, " "), node, out)
+		return in, fmt.Errorf("the guest's script did not report dpkg's run:\n%s", out)
 	}
 	if dpkgRC[0] != "0" {
-		return in, fmt.Errorf("dpkg -i %s on %s: exit %s:\n%s", strings.Join(debs, " "), node, dpkgRC[0], in.DpkgOutput)
+		return in, fmt.Errorf("exit %s:\n%s", dpkgRC[0], in.DpkgOutput)
 	}
 	return in, nil
 }
+
+// systemdTimestamp is how `systemctl show --timestamp=us+utc` prints a time.
+const systemdTimestamp = "Mon 2006-01-02 15:04:05.000000 MST"
 
 // guestTime is a time the guest printed with date +%s.%N.
 func guestTime(s string) time.Time {
