@@ -24,17 +24,23 @@ import (
 // "Upgrades"), under load: the node starts at the previous release (make prev-release,
 // every package downgraded at once), runs 30 pods while a churn pod is created and deleted
 // again and again, and each package is upgraded to this build's on its own with dpkg -i:
-// unitletctl, then the services in the order config, certs, volumes, eviction, podsync,
-// status (the configuration and credentials every other service asks for first, podsync
-// and status, which own the pods and their status, last), then the meta-package. Then
+// unitletctl, then the services in the order podsync, config, certs, volumes, eviction,
+// status, then the meta-package. podsync first: the previous release's reports the runtime
+// down at its first Status answer later than 5 s, which the emulated guest's containerd
+// gives while dpkg runs (this release waits 30 s, as the kubelet does), so an administrator
+// coming from it upgrades podsync first; then the configuration and credentials every
+// other service asks for, and status, which writes the node's and the pods' status, last.
+// Then
 // unitlet-eviction goes back to the previous release and up again, so its bus pairs are
 // covered at the previous release with current callers. After each step:
 //
 //   - that package's version is installed, and only its service's MainPID changed;
-//   - a caller asking the service for its identity back to back (the current unitletctl,
-//     in the guest) saw no error: calls made while it restarted wait in the socket's queue
-//     (the socket stays open) and the new process answers them; the downtime is from the
-//     old process's exit to the new one's first answer;
+//   - a caller asking the service for its identity once a second (the current unitletctl,
+//     in the guest) saw no error: a call made while it restarted waits in the socket's
+//     queue (the socket stays open) and the new process answers it ("queued" in the
+//     table); the downtime is from the old process's exit to the new one's READY=1
+//     (systemd's timestamps), and the caller's view from that exit to the end of its first
+//     call the new process answered;
 //   - no other service logged an error meanwhile;
 //   - every long-lived pod's containers are the same (IDs and restart counts in the API,
 //     tasks of the guest's containerd), every one stayed Running and Ready in the API and
@@ -66,7 +72,7 @@ func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	packages := []string{"unitletctl"}
-	for _, svc := range []string{"config", "certs", "volumes", "eviction", "podsync", "status"} {
+	for _, svc := range []string{"podsync", "config", "certs", "volumes", "eviction", "status"} {
 		packages = append(packages, "unitlet-"+svc)
 	}
 	packages = append(packages, "unitlet")
