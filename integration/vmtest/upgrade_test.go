@@ -122,6 +122,8 @@ func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
 	u.startLongLived(ctx)
 	t.Logf("%d pods Running and Ready on %s in %s", upgradeLoadPods, n.Name, time.Since(start).Round(100*time.Millisecond))
 	u.timings = append(u.timings, stepTiming{step: fmt.Sprintf("%d pods started", upgradeLoadPods), wall: time.Since(start)})
+	// The previous release's podsync may have reported the runtime down meanwhile (see above).
+	u.waitNodeReady()
 	u.ready = nodeReady(t, c, n.Name)
 	stop := u.startWatchers(ctx)
 	defer stop()
