@@ -115,13 +115,13 @@ func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
 		return err == nil, string(out)
 	})
 	u.waitNodeReady()
-	u.timings = append(u.timings, stepTiming{step: "all packages " + current + " -> " + prev, dpkg: in.Dpkg(), wall: time.Since(start)})
+	u.timings = append(u.timings, stepTiming{step: "all packages " + current + " -> " + prev, dpkg: in.Dpkg(), wall: time.Since(start), downtime: -1})
 
 	// The load: 30 pods, then the churn and the sampler until the end.
 	start = time.Now()
 	u.startLongLived(ctx)
 	t.Logf("%d pods Running and Ready on %s in %s", upgradeLoadPods, n.Name, time.Since(start).Round(100*time.Millisecond))
-	u.timings = append(u.timings, stepTiming{step: fmt.Sprintf("%d pods started", upgradeLoadPods), wall: time.Since(start)})
+	u.timings = append(u.timings, stepTiming{step: fmt.Sprintf("%d pods started", upgradeLoadPods), wall: time.Since(start), downtime: -1})
 	// The previous release's podsync may have reported the runtime down meanwhile (see above).
 	u.waitNodeReady()
 	u.ready = nodeReady(t, c, n.Name)
