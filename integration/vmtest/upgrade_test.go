@@ -179,13 +179,13 @@ type upgrade struct {
 
 // stepTiming is a row of the test's table.
 type stepTiming struct {
-	step        string
-	dpkg, wall  time.Duration
-	downtime    time.Duration // -1: not measured
-	calls       int           // the caller's calls
-	spanning    time.Duration // the wait of the call the new process answered first
-	queuedEarly bool          // that call was made before the old process exited
-	oldV, newV  string
+	step       string
+	dpkg, wall time.Duration
+	downtime   time.Duration // the old process's exit to the new one's READY=1; -1: none
+	toAnswer   time.Duration // the old process's exit to the new one's first answer
+	calls      int           // the caller's calls
+	queued     bool          // the new process's first answer was to a call made before it was ready
+	oldV, newV string
 }
 
 // containerState is a container as the API reports it.
@@ -233,14 +233,14 @@ func (u *upgrade) step(from, to release, p string) {
 		}
 		first, ok := in.FirstAnswer()
 		downtime, measured := in.Downtime()
+		toAnswer, _ := in.ToFirstAnswer()
 		switch {
 		case !ok:
 			t.Errorf("%s: the new unitlet-%s (pid %d) answered none of %d calls", name, svc, in.NewPID, len(in.Calls))
 		case !measured:
-			t.Errorf("%s: the old unitlet-%s (pid %d) was not seen to exit", name, svc, in.OldPID)
+			t.Errorf("%s: systemd recorded no restart of unitlet-%s (inactive at %s, active at %s)", name, svc, in.Exited, in.Ready)
 		default:
-			row.downtime = downtime
-			row.spanning, row.queuedEarly = first.End.Sub(first.Start), first.Start.Before(in.Exited)
+			row.downtime, row.toAnswer, row.queued = downtime, toAnswer, first.Start.Before(in.Ready)
 			row.newV = first.Version
 		}
 		if len(in.Calls) > 0 && in.Calls[0].Err == "" {
@@ -262,8 +262,8 @@ func (u *upgrade) step(from, to release, p string) {
 		t.Errorf("%s: node %s Ready is %s since %s (%s), was True since %s", name, u.node, ready.Status, ready.LastTransitionTime, ready.Message, u.ready.LastTransitionTime)
 	}
 	u.timings = append(u.timings, row)
-	t.Logf("%s: dpkg %s, step %s, downtime %s, %d calls, the first the new process answered waited %s",
-		name, fmtDur(row.dpkg), fmtDur(wall), fmtDowntime(row.downtime), row.calls, fmtDur(row.spanning))
+	t.Logf("%s: dpkg %s, step %s, downtime %s (to a caller's first answer %s), %d calls",
+		name, fmtDur(row.dpkg), fmtDur(wall), fmtDowntime(row.downtime), fmtDur(row.toAnswer), row.calls)
 }
 
 // wantVersions checks that packages are installed at version in the guest.
@@ -629,16 +629,16 @@ func (u *upgrade) checkNew(name string) {
 func (u *upgrade) log(total time.Duration) {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tDPKG\tSTEP WALL\tDOWNTIME\tCALLS\tSPANNING CALL\tVERSION (OLD -> NEW PROCESS)")
+	fmt.Fprintln(tw, "STEP\tDPKG\tSTEP WALL\tDOWNTIME (EXIT TO READY)\tEXIT TO 1ST ANSWER\tCALLS\tVERSION (OLD -> NEW PROCESS)")
 	for _, r := range u.timings {
-		versions, spanning := "-", fmtDur(r.spanning)
+		versions, toAnswer := "-", fmtDur(r.toAnswer)
 		if r.newV != "" {
 			versions = r.oldV + " -> " + r.newV
 		}
-		if r.queuedEarly {
-			spanning += " (made before the exit)"
+		if r.queued {
+			toAnswer += " (queued)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.step, fmtDur(r.dpkg), fmtDur(r.wall), fmtDowntime(r.downtime), r.calls, spanning, versions)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.step, fmtDur(r.dpkg), fmtDur(r.wall), fmtDowntime(r.downtime), toAnswer, r.calls, versions)
 	}
 	_ = tw.Flush()
 	u.mu.Lock()
