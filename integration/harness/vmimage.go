@@ -298,30 +298,22 @@ func vmDebNames() []string {
 func (h *Harness) vmDebs(n Node) ([]string, error) {
 	dist := DistDir(h.repo)
 	const remedy = "run `make build deb` (the packages of the binaries in bin/) and test with UNITLET_BIN_DIR=$PWD/bin, as `make test-vm` does"
-	var debs []string
-	for _, name := range vmDebNames() {
-		found, err := filepath.Glob(filepath.Join(dist, name+"_*.deb"))
+	debs, err := findDebs(dist, "vm node "+n.Name+" installs it: "+remedy)
+	if err != nil {
+		return nil, err
+	}
+	for _, deb := range debs {
+		name, _, _ := strings.Cut(filepath.Base(deb), "_")
+		if name == "unitlet" {
+			continue
+		}
+		same, err := debHoldsBinary(deb, "/usr/bin/"+name, filepath.Join(h.binDir(), name))
 		if err != nil {
 			return nil, err
 		}
-		switch len(found) {
-		case 1:
-		case 0:
-			return nil, fmt.Errorf("%s: no %s_*.deb, which vm node %s installs: %s", dist, name, n.Name, remedy)
-		default:
-			return nil, fmt.Errorf("%s: %d packages of %s (%s): keep one build's packages only (make deb empties dist/ first)", dist, len(found), name, strings.Join(found, ", "))
+		if !same {
+			return nil, fmt.Errorf("%s holds another /usr/bin/%s than the stack's %s: %s", deb, name, filepath.Join(h.binDir(), name), remedy)
 		}
-		deb := found[0]
-		if name != "unitlet" {
-			same, err := debHoldsBinary(deb, "/usr/bin/"+name, filepath.Join(h.binDir(), name))
-			if err != nil {
-				return nil, err
-			}
-			if !same {
-				return nil, fmt.Errorf("%s holds another /usr/bin/%s than the stack's %s: %s", deb, name, filepath.Join(h.binDir(), name), remedy)
-			}
-		}
-		debs = append(debs, deb)
 	}
 	return debs, nil
 }

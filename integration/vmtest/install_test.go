@@ -28,16 +28,7 @@ func TestVMNodeInstalledFromThePackages(t *testing.T) {
 	}
 	slices.Sort(packages)
 
-	// The version of this build, from its meta-package.
-	metas, _ := filepath.Glob(filepath.Join(dist, "unitlet_*_all.deb"))
-	if len(metas) != 1 {
-		t.Fatalf("want one unitlet_*_all.deb in %s, found %v: run `make deb`", dist, metas)
-	}
-	out, err := exec.Command("dpkg-deb", "--field", metas[0], "Version").CombinedOutput()
-	if err != nil {
-		t.Fatalf("dpkg-deb --field %s Version: %v\n%s (dpkg-deb is in the package dpkg)", metas[0], err, out)
-	}
-	version := strings.TrimSpace(string(out))
+	version := debVersion(t, dist)
 
 	// dpkg's database in the guest: each package installed at that version.
 	got := map[string]string{}
@@ -115,4 +106,18 @@ func TestVMNodeInstalledFromThePackages(t *testing.T) {
 	if !strings.Contains(strings.Join(times, "\n"), "boot to unitlet installed") {
 		t.Errorf("the boot times of %s say nothing of the install:\n%s", n.Name, strings.Join(times, "\n"))
 	}
+}
+
+// debVersion is the version of the packages in dist, from its unitlet meta-package.
+func debVersion(t *testing.T, dist string) string {
+	t.Helper()
+	metas, _ := filepath.Glob(filepath.Join(dist, "unitlet_*_all.deb"))
+	if len(metas) != 1 {
+		t.Fatalf("want one unitlet_*_all.deb in %s, found %v: run `make deb`", dist, metas)
+	}
+	out, err := exec.Command("dpkg-deb", "--field", metas[0], "Version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpkg-deb --field %s Version: %v\n%s (dpkg-deb is in the package dpkg)", metas[0], err, out)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -15,12 +16,26 @@ import (
 	"github.com/unitlet/unitlet/shared/cri"
 )
 
+// runtimeDownAfter is how long the runtime may fail to answer Status before it is reported
+// down: the kubelet's maxWaitForContainerRuntime. One slow answer (a starved node, a
+// daemon-reload of a host with many scopes) leaves the node Ready, as with the kubelet.
+const runtimeDownAfter = 30 * time.Second
+
+// runtimeStatuser is what runtimeHealth asks of the runtime.
+type runtimeStatuser interface {
+	Version(context.Context, *runtimeapi.VersionRequest, ...grpc.CallOption) (*runtimeapi.VersionResponse, error)
+	Status(context.Context, *runtimeapi.StatusRequest, ...grpc.CallOption) (*runtimeapi.StatusResponse, error)
+}
+
 // runtimeHealth polls the runtime's Status.
 type runtimeHealth struct {
-	rt       *cri.Client
+	rt       runtimeStatuser
 	relister *relist.Relister
+	now      func() time.Time
 	mu       sync.Mutex
 	last     *podsyncv1.RuntimeHealth
+	// lastAnswer is when the runtime last answered Status.
+	lastAnswer time.Time
 }
 
 func (h *runtimeHealth) Run(ctx context.Context) error {
@@ -42,26 +57,34 @@ func (h *runtimeHealth) poll(ctx context.Context) {
 		out.RuntimeName, out.RuntimeVersion = v.RuntimeName, v.RuntimeVersion
 	}
 	st, err := h.rt.Status(cctx, &runtimeapi.StatusRequest{})
+	now := h.now()
 	if err != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		// The last answer stands for runtimeDownAfter; the runtime is down after that.
+		if h.last != nil && !h.lastAnswer.IsZero() && now.Sub(h.lastAnswer) < runtimeDownAfter {
+			return
+		}
 		out.Message = fmt.Sprintf("container runtime is down: %v", err)
-	} else {
-		for _, c := range st.GetStatus().GetConditions() {
-			switch c.Type {
-			case runtimeapi.RuntimeReady:
-				out.RuntimeReady = c.Status
-				if !c.Status {
-					out.Message = fmt.Sprintf("container runtime not ready: %s: %s", c.Reason, c.Message)
-				}
-			case runtimeapi.NetworkReady:
-				out.NetworkReady = c.Status
-				if !c.Status && out.Message == "" {
-					out.Message = fmt.Sprintf("container runtime network not ready: %s: %s", c.Reason, c.Message)
-				}
+		h.last = out
+		return
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		switch c.Type {
+		case runtimeapi.RuntimeReady:
+			out.RuntimeReady = c.Status
+			if !c.Status {
+				out.Message = fmt.Sprintf("container runtime not ready: %s: %s", c.Reason, c.Message)
+			}
+		case runtimeapi.NetworkReady:
+			out.NetworkReady = c.Status
+			if !c.Status && out.Message == "" {
+				out.Message = fmt.Sprintf("container runtime network not ready: %s: %s", c.Reason, c.Message)
 			}
 		}
 	}
 	h.mu.Lock()
-	h.last = out
+	h.last, h.lastAnswer = out, now
 	h.mu.Unlock()
 }
 
@@ -81,8 +104,8 @@ func (h *runtimeHealth) RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHea
 	return out
 }
 
-func newRuntimeHealth(rt *cri.Client, relister *relist.Relister) *runtimeHealth {
-	return &runtimeHealth{rt: rt, relister: relister}
+func newRuntimeHealth(rt runtimeStatuser, relister *relist.Relister) *runtimeHealth {
+	return &runtimeHealth{rt: rt, relister: relister, now: time.Now}
 }
 
 // relistError is the service's health: the relister's error while it is unhealthy.
