@@ -54,9 +54,22 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
 ## test: everything — generated code, lint, unit tests, integration tests, the vm node.
-## The integration and vm suites run one after the other: side by side on two cores the
-## emulated vm starves (its systemd stopped answering within the checks' deadlines).
-test: prereqs proto-check lint deb-check test-unit test-integration test-containerd2 test-vm
+## The vm suite runs in the background (its output kept in ~/.cache/unitlet/test-vm.log
+## and printed when it ends) beside lint, deb-check and test-unit, which run at nice 15 so
+## that the emulated guest keeps its core; the harness suites come after it. The harness
+## suites never run beside the vm: on two cores the emulated vm starves under them (its
+## systemd stopped answering within the checks' deadlines).
+test: prereqs proto-check build harness-binaries deb prev-release
+	@log=$(CACHE)/test-vm.log; mkdir -p $(CACHE); \
+	echo "make test: test-vm runs in the background (log: $$log) beside lint, deb-check and test-unit"; \
+	start=$$(date +%s); \
+	( $(TEST_VM) ) >$$log 2>&1 & vm=$$!; \
+	rc=0; nice -n 15 $(MAKE) --no-print-directory lint deb-check-built test-unit || rc=$$?; \
+	vmrc=0; wait $$vm || vmrc=$$?; \
+	echo "== test-vm (exit status $$vmrc, $$(( $$(date +%s) - start )) s), from $$log:"; cat $$log; \
+	if [ $$rc -ne 0 ]; then echo "make test: lint, deb-check or test-unit failed (above)"; exit 1; fi; \
+	if [ $$vmrc -ne 0 ]; then echo "make test: test-vm failed (above)"; exit 1; fi
+	$(MAKE) --no-print-directory test-integration test-containerd2
 	@echo "make test: all passed"
 
 ## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
@@ -68,6 +81,12 @@ deb: build $(NFPM)
 ## overrides, each with its reason, are deploy/deb/lintian-overrides), then
 ## integration/debtest's checks of what each package holds
 deb-check: prereqs deb
+	$(MAKE) --no-print-directory deb-check-built
+
+# deb-check-built: deb-check's checks of dist/ as it is, building nothing (make test runs
+# them while test-vm installs those packages)
+.PHONY: deb-check-built
+deb-check-built:
 	lintian --fail-on error,warning $(DIST)/*.deb
 	UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 ./integration/debtest/
 
@@ -97,10 +116,12 @@ test-containerd2: build harness-binaries
 ## test-vm: unitlet in a qemu virtual machine (integration/stacks/vm-node.yaml; its tree and
 ## disk image cached in ~/.cache/unitlet), installed in the guest from the packages of
 ## `make deb`: the install itself, the units' limits in their cgroups, an OOM kill of one
-## service, a pod from the API server; prints boot-to-installed, boot-to-Ready and
-## boot-to-first-pod
+## service, a pod from the API server, each package upgraded on its own from the previous
+## release (make prev-release) under load; prints boot-to-installed, boot-to-Ready,
+## boot-to-first-pod and the upgrade's table
+TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 test-vm: build harness-binaries deb prev-release
-	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
+	$(TEST_VM)
 
 ## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
 ## containerd 2.x, built from the pinned modules in integration/tools into the cache
