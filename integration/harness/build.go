@@ -89,6 +89,28 @@ func EnsureKubelet(repo string, out io.Writer) (string, error) {
 	return bin, nil
 }
 
+// KubeadmBinary is where EnsureKubeadm keeps kubeadm; the suffix is the build recipe's
+// revision, as for the control plane.
+func KubeadmBinary() string {
+	return filepath.Join(CacheDir(), "kubeadm-"+KubernetesVersion+"-r1", "kubeadm")
+}
+
+// EnsureKubeadm builds kubeadm of KubernetesVersion, the control plane's, from repo's
+// integration/tools/kubeadm unless the cache has it, and returns its path (KubeadmBinary).
+// The tests of a node that kubeadm joins need it; its own module keeps kubeadm's
+// dependencies out of the control plane's build.
+func EnsureKubeadm(repo string, out io.Writer) (string, error) {
+	bin := KubeadmBinary()
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := goBuild(out, filepath.Join(repo, "integration", "tools", "kubeadm"), bin, []string{"k8s.io/kubernetes/cmd/kubeadm"}, kubeLDFlags(),
+		"kubeadm "+KubernetesVersion+" (first time: about 2 minutes after the control plane)"); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
 // Containerd is a containerd built from its module: the daemon, its runc shim and ctr.
 type Containerd struct {
 	Dir, Containerd, Shim, Ctr string
