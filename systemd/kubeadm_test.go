@@ -116,6 +116,11 @@ func TestKubeadmUnitsConventions(t *testing.T) {
 			t.Errorf("kubelet.service: want %s=%s", kv[1], kv[2])
 		}
 	}
+	for _, w := range parseUnit(t, target).values("Unit", "Wants") {
+		if !slices.Contains(k.values("Unit", "Wants"), w) {
+			t.Errorf("kubelet.service: want Wants=%s, as %s has: a restart of kubelet.service must start it when it is down", w, target)
+		}
+	}
 	services := unitFiles(t, ".service")
 	for _, d := range kubeadmDropIns(t) {
 		if name := strings.TrimSuffix(filepath.Dir(d), ".d"); !slices.Contains(services, name) {
