@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,9 +35,18 @@ func TestKubeletServiceDrivesUnitletTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The nspawn backend's tree, built here on a new machine (under its lock: the harness
+	// suite, run beside this package by go test, may be building it too).
+	h := &Harness{out: io.Discard}
+	if testing.Verbose() {
+		h.out = os.Stderr
+	}
+	if _, err := h.ensureNspawnTree(); err != nil {
+		t.Fatal(err)
+	}
 	tree := NspawnTreeDir()
 	if _, err := os.Stat(filepath.Join(tree, "usr/lib/systemd/systemd")); err != nil {
-		t.Fatalf("no nspawn tree in %s (%v): bring up a stack with an nspawn node once (`unitlet-harness up`, integration/stacks/single-node.yaml), which builds it", tree, err)
+		t.Fatalf("no systemd in the nspawn tree %s: %v", tree, err)
 	}
 	if err := ensureNspawnRunDir(); err != nil {
 		t.Fatal(err)
