@@ -225,6 +225,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzLoadFile$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletconfig/
 	$(GO) test -run='^$$' -fuzz='^FuzzDropInMerge$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletconfig/
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletenv/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./shared/checkpoint/
 	$(GO) test -run='^$$' -fuzz='^FuzzStaticPod$$' -fuzztime=$(FUZZTIME) ./services/podsync/podsource/
 	$(GO) test -run='^$$' -fuzz='^FuzzResolve$$' -fuzztime=$(FUZZTIME) ./services/volumes/subpath/

@@ -2,7 +2,7 @@
 // compose file: a real control plane, and node machines running unitlet.
 //
 //	unitlet-harness up         [-f STACK.yaml]
-//	unitlet-harness build      (only build or find the control plane, registry and metrics-server binaries)
+//	unitlet-harness build      (only build or find the control plane, registry, metrics-server, containerd and kubeadm binaries)
 //	unitlet-harness down       [-f STACK.yaml]
 //	unitlet-harness status     [-f STACK.yaml] [-o json]
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
@@ -90,6 +90,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil {
 			_, err = harness.EnsureContainerd(repo, stdout)
+		}
+		if err == nil {
+			_, err = harness.EnsureKubeadm(repo, stdout)
 		}
 	case "down":
 		err = h.Down()

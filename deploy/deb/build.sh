@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds unitlet's Debian packages with nfpm (make deb): unitlet-<svc> for each service,
-# unitletctl and the unitlet meta-package, into DIST. The binaries come from BIN (make
-# build); the nfpm configurations and maintainer scripts from this directory.
+# unitletctl, the unitlet meta-package and unitlet-kubeadm (kubelet.service for kubeadm),
+# into DIST. The binaries come from BIN (make build); the nfpm configurations and
+# maintainer scripts from this directory.
 #   usage: deploy/deb/build.sh NFPM BIN DIST
 set -euo pipefail
 shopt -s inherit_errexit
@@ -109,11 +110,15 @@ while read -r svc deps recs state sysctl; do
 		LIBC=$libc DEPENDS=$(relation "$deps" ", ") RECOMMENDS=$(relation "$recs" ", ") \
 		package "$dir" "$dir/nfpm.yaml"
 done <<<"$services"
-mkdir -p "$dist/build/unitletctl" "$dist/build/unitlet"
+mkdir -p "$dist/build/unitletctl" "$dist/build/unitlet" "$dist/build/unitlet-kubeadm"
 manual unitletctl 1 "command-line client of the unitlet node agent" "$dist/build/unitletctl"
 libc=$(libc unitletctl)
 LIBC=$libc package "$dist/build/unitletctl" "$here/unitletctl.yaml"
 cp "$here/scripts/unitlet.postinst" "$dist/build/unitlet/postinst"
 cp "$here/scripts/unitlet.postrm" "$dist/build/unitlet/postrm"
 package "$dist/build/unitlet" "$here/unitlet.yaml"
+for script in postinst prerm postrm; do
+	cp "$here/scripts/kubeadm.$script" "$dist/build/unitlet-kubeadm/$script"
+done
+package "$dist/build/unitlet-kubeadm" "$here/unitlet-kubeadm.yaml"
 ls -l "$dist"/*.deb

@@ -571,13 +571,7 @@ func writeFile(t *testing.T, path, data string) {
 func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 	requireRoot(t)
 	repo, version := repoAndVersion(t)
-	stubs := t.TempDir()
-	log := filepath.Join(t.TempDir(), "calls")
-	for _, cmd := range []string{"deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers", "sysctl"} {
-		if err := os.WriteFile(filepath.Join(stubs, cmd), []byte("#!/bin/sh\necho \"${0##*/} $*\" >>"+log+"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stubs, log := stubCommands(t, "deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers", "sysctl")
 	for _, svc := range services(t, repo) {
 		name := "unitlet-" + svc
 		d := open(t, repo, name, version, hostArch(t))
@@ -592,22 +586,7 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 			{"prerm", []string{"remove"}, []string{"stop " + name + ".service " + name + ".socket"}},
 			{"postrm", []string{"remove"}, nil},
 		} {
-			if err := os.Remove(log); err != nil && !os.IsNotExist(err) {
-				t.Fatal(err)
-			}
-			// unshare(1) makes the namespace's mounts private: the tmpfs on /run is the
-			// script's alone.
-			cmd := exec.Command("unshare", slices.Concat([]string{"--mount", "sh", "-c",
-				`mount -t tmpfs unitlet-debtest /run && mkdir -p /run/systemd/system && exec sh "$@"`, "sh",
-				filepath.Join(d.root, "DEBIAN", c.script)}, c.args)...)
-			cmd.Env = append(os.Environ(), "PATH="+stubs+":"+os.Getenv("PATH"))
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%s %s %v: %v\n%s", name, c.script, c.args, err, out)
-			}
-			b, err := os.ReadFile(log)
-			if err != nil && !os.IsNotExist(err) {
-				t.Fatal(err)
-			}
+			b := runScript(t, d, c.script, c.args, stubs, log)
 			var invoked, sysctl []string
 			for _, call := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 				if rest, ok := strings.CutPrefix(call, "deb-systemd-invoke "); ok {
@@ -637,4 +616,40 @@ func TestMaintainerScriptsOnASystemdHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stubCommands makes a directory of stand-ins for the commands, each of which appends its
+// name and arguments to the log file it returns.
+func stubCommands(t *testing.T, cmds ...string) (dir, log string) {
+	t.Helper()
+	dir = t.TempDir()
+	log = filepath.Join(t.TempDir(), "calls")
+	for _, cmd := range cmds {
+		if err := os.WriteFile(filepath.Join(dir, cmd), []byte("#!/bin/sh\necho \"${0##*/} $*\" >>"+log+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, log
+}
+
+// runScript runs the package's maintainer script with args as on a systemd host, the
+// stubs first in PATH, and returns the calls they logged.
+func runScript(t *testing.T, d deb, script string, args []string, stubs, log string) []byte {
+	t.Helper()
+	if err := os.Remove(log); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	// unshare(1) makes the namespace's mounts private: the tmpfs on /run is the script's alone.
+	cmd := exec.Command("unshare", slices.Concat([]string{"--mount", "sh", "-c",
+		`mount -t tmpfs unitlet-debtest /run && mkdir -p /run/systemd/system && exec sh "$@"`, "sh",
+		filepath.Join(d.root, "DEBIAN", script)}, args)...)
+	cmd.Env = append(os.Environ(), "PATH="+stubs+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s %v: %v\n%s", d.fields["Package"], script, args, err, out)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return b
 }

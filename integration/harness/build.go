@@ -78,12 +78,32 @@ func EnsureBinaries(repo string, out io.Writer) (*Binaries, error) {
 // leaves the control plane's build and cache as they are.
 func EnsureKubelet(repo string, out io.Writer) (string, error) {
 	// The suffix is the build recipe's revision, as for the control plane.
-	bin := filepath.Join(CacheDir(), "kubelet-"+KubernetesVersion+"-r1", "kubelet")
+	return ensureKubeCommand(repo, out, filepath.Join(CacheDir(), "kubelet-"+KubernetesVersion+"-r1", "kubelet"),
+		"the kubelet "+KubernetesVersion+" (first time: about 3 minutes after the control plane)")
+}
+
+// KubeadmBinary is where EnsureKubeadm keeps kubeadm; the suffix is the build recipe's
+// revision, as for the control plane.
+func KubeadmBinary() string {
+	return filepath.Join(CacheDir(), "kubeadm-"+KubernetesVersion+"-r1", "kubeadm")
+}
+
+// EnsureKubeadm builds kubeadm of KubernetesVersion, the control plane's, from repo's
+// integration/tools/kubeadm unless the cache has it, and returns its path (KubeadmBinary).
+// The tests of a node that kubeadm joins need it; its own module keeps kubeadm's
+// dependencies out of the control plane's build.
+func EnsureKubeadm(repo string, out io.Writer) (string, error) {
+	return ensureKubeCommand(repo, out, KubeadmBinary(), "kubeadm "+KubernetesVersion+" (first time: about 2 minutes after the control plane)")
+}
+
+// ensureKubeCommand builds k8s.io/kubernetes/cmd/<name of bin> from the helper module
+// integration/tools/<the same name> into bin unless it is there, and returns bin.
+func ensureKubeCommand(repo string, out io.Writer, bin, what string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := goBuild(out, filepath.Join(repo, "integration", "tools", "kubelet"), bin, []string{"k8s.io/kubernetes/cmd/kubelet"}, kubeLDFlags(),
-		"the kubelet "+KubernetesVersion+" (first time: about 3 minutes after the control plane)"); err != nil {
+	name := filepath.Base(bin)
+	if err := goBuild(out, filepath.Join(repo, "integration", "tools", name), bin, []string{"k8s.io/kubernetes/cmd/" + name}, kubeLDFlags(), what); err != nil {
 		return "", err
 	}
 	return bin, nil

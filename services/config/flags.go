@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/unitlet/unitlet/services/config/kubeletconfig"
+	"github.com/unitlet/unitlet/services/config/kubeletenv"
 	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
@@ -30,6 +31,10 @@ type Options struct {
 	// credential provider plugins; unitlet-podsync runs them.
 	ImageCredentialProviderConfig string
 	ImageCredentialProviderBinDir string
+	// KubeletEnvFiles are environment files in the kubelet unit's format (kubeadm's
+	// kubeadm-flags.env, /etc/default/kubelet) whose kubelet flags apply after the
+	// command line's, as they would on the kubelet's (services/config/kubeletenv).
+	KubeletEnvFiles []string
 
 	// Overrides are the flags and variables that set KubeletConfiguration fields, as merge
 	// patches: the environment's first, then the command line's.
@@ -69,6 +74,7 @@ func bindFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels to register the node with, key=value,...")
 	fs.StringVar(&o.ImageCredentialProviderConfig, "image-credential-provider-config", "", "the CredentialProviderConfig file (kubelet.config.k8s.io/v1) of the image credential provider plugins")
 	fs.StringVar(&o.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", "", "the directory of the image credential provider plugins")
+	fs.StringArrayVar(&o.KubeletEnvFiles, "kubelet-env-file", nil, "an environment file of the kubelet's unit (kubeadm's /var/lib/kubelet/kubeadm-flags.env, /etc/default/kubelet): its KUBELET_KUBEADM_ARGS and KUBELET_EXTRA_ARGS flags apply after the command line's; repeatable; a missing file holds none")
 	fs.Int32("max-pods", 0, "maximum number of pods on the node (config field maxPods)")
 	fs.String("container-runtime-endpoint", "", "the CRI socket, unix:///path (config field containerRuntimeEndpoint)")
 	fs.String("pod-manifest-path", "", "the directory of static pod manifests (config field staticPodPath)")
@@ -80,6 +86,14 @@ func bindFlags(fs *pflag.FlagSet, o *Options) {
 // complete turns the config-field flags into overrides (fromEnv tells the variables from
 // the command line), makes paths absolute and fills the defaults that depend on other flags.
 func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) error {
+	fromFile, err := applyKubeletEnvFiles(fs, o.KubeletEnvFiles)
+	if err != nil {
+		return err
+	}
+	if len(fromFile) > 0 {
+		env := fromEnv
+		fromEnv = func(flag string) bool { return !fromFile[flag] && env(flag) }
+	}
 	envPatch, envNames := map[string]any{}, []string{}
 	flagPatch, flagNames := map[string]any{}, []string{}
 	for _, cf := range configFields {
@@ -137,6 +151,39 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 		return fmt.Errorf("--bootstrap-kubeconfig needs --kubeconfig: the file TLS bootstrap writes the node's credentials to")
 	}
 	return nil
+}
+
+// applyKubeletEnvFiles sets the flags of each kubelet environment file, in order, over
+// those already set, as the kubelet's unit puts them after its fixed flags: a later value
+// wins, --node-labels merge and --cluster-dns adds up, as on the kubelet's command line,
+// and --node-ip, a single flag of the kubelet's, is replaced. It returns the flags it set.
+// A flag unitlet-config does not have fails, naming the file (fail closed).
+func applyKubeletEnvFiles(fs *pflag.FlagSet, paths []string) (map[string]bool, error) {
+	set := map[string]bool{}
+	for _, path := range paths {
+		flags, err := kubeletenv.Read(path)
+		if err != nil {
+			return nil, fmt.Errorf("--kubelet-env-file: %w", err)
+		}
+		for _, f := range flags {
+			flag := fs.Lookup(f.Name)
+			if flag == nil {
+				return nil, fmt.Errorf("--kubelet-env-file: kubelet environment file %s: --%s: unitlet-config has no such flag", path, f.Name)
+			}
+			var err error
+			if sv, ok := flag.Value.(pflag.SliceValue); ok && f.Name == "node-ip" {
+				err = sv.Replace(strings.Split(f.Value, ","))
+				flag.Changed = true
+			} else {
+				err = fs.Set(f.Name, f.Value)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--kubelet-env-file: kubelet environment file %s: --%s=%q: %v", path, f.Name, f.Value, err)
+			}
+			set[f.Name] = true
+		}
+	}
+	return set, nil
 }
 
 // checkKubeconfig fails closed on credentials: a --kubeconfig that is set must exist
