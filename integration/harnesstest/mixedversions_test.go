@@ -583,8 +583,8 @@ func (e *mixedExercise) exec() error {
 	return nil
 }
 
-// buildInfoVersion reads unitlet_build_info's version label by service.
-var buildInfoVersion = regexp.MustCompile(`unitlet_build_info\{[^}]*\}`)
+// buildInfoSeries matches the series of unitlet_build_info in an exposition.
+var buildInfoSeries = regexp.MustCompile(`unitlet_build_info\{[^}]*\}`)
 
 // nodeAPI: /pods lists the pod, /metrics carries each service's build at its version
 // (GetMetrics of each), /metrics/probes the pod's probe, /metrics/resource and
@@ -603,7 +603,7 @@ func (e *mixedExercise) nodeAPI() error {
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(body, `"name":"`+e.pod+`"`) {
+	if !strings.Contains(body, `"`+e.pod+`"`) {
 		return fmt.Errorf("/pods does not list %s", e.pod)
 	}
 	if err := poll(30*time.Second, "/metrics: each service's unitlet_build_info at its version", func(context.Context) (bool, string) {
@@ -612,7 +612,7 @@ func (e *mixedExercise) nodeAPI() error {
 			return false, err.Error()
 		}
 		seen := map[string]string{}
-		for _, series := range buildInfoVersion.FindAllString(body, -1) {
+		for _, series := range buildInfoSeries.FindAllString(body, -1) {
 			svc, version := labelValue(series, "service"), labelValue(series, "version")
 			seen[svc] = version
 		}
@@ -652,14 +652,15 @@ func (e *mixedExercise) nodeAPI() error {
 	return nil
 }
 
-// labelValue is the value of label in one exposition series.
+// labelValue is the value of label in one exposition series, `name{a="1",b="2"}`.
 func labelValue(series, label string) string {
-	_, rest, ok := strings.Cut(series, label+`="`)
-	if !ok {
-		return ""
+	_, labels, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+	for _, pair := range strings.Split(labels, ",") {
+		if v, ok := strings.CutPrefix(pair, label+`="`); ok {
+			return strings.TrimSuffix(v, `"`)
+		}
 	}
-	v, _, _ := strings.Cut(rest, `"`)
-	return v
+	return ""
 }
 
 // ctl: build's unitletctl, in node-1's machine, shows every service at the build it runs
