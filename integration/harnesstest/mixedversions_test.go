@@ -590,7 +590,7 @@ var buildInfoSeries = regexp.MustCompile(`unitlet_build_info\{[^}]*\}`)
 // (GetMetrics of each), /metrics/probes the pod's probe, /metrics/resource and
 // /stats/summary answer, /healthz is ok; status logged no failed volume listing.
 func (e *mixedExercise) nodeAPI() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	get := func(path string) (string, error) {
 		code, body := nodeProxyGet(ctx, e.t, path)
@@ -599,12 +599,14 @@ func (e *mixedExercise) nodeAPI() error {
 		}
 		return body, nil
 	}
-	body, err := get("/pods")
-	if err != nil {
+	if err := poll(30*time.Second, "/pods lists "+e.pod, func(context.Context) (bool, string) {
+		body, err := get("/pods")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(body, `"`+e.pod+`"`), "not listed"
+	}); err != nil {
 		return err
-	}
-	if !strings.Contains(body, `"`+e.pod+`"`) {
-		return fmt.Errorf("/pods does not list %s", e.pod)
 	}
 	if err := poll(30*time.Second, "/metrics: each service's unitlet_build_info at its version", func(context.Context) (bool, string) {
 		body, err := get("/metrics")
@@ -635,7 +637,10 @@ func (e *mixedExercise) nodeAPI() error {
 		return err
 	}
 	for _, path := range []string{"/metrics/resource", "/stats/summary", "/healthz"} {
-		if _, err := get(path); err != nil {
+		if err := poll(30*time.Second, path+" answers", func(context.Context) (bool, string) {
+			_, err := get(path)
+			return err == nil, fmt.Sprint(err)
+		}); err != nil {
 			return err
 		}
 	}
