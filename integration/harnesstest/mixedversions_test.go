@@ -388,7 +388,7 @@ func (m *mixedRun) step(t *testing.T, name, odd string, want map[string]string, 
 func (m *mixedRun) print(t *testing.T, total time.Duration) {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "STEP\tVERSIONS\t%s\tTIME\n", strings.ToUpper(strings.Join(mixedExercises, "\t")))
+	fmt.Fprintf(tw, "STEP\tPAIR\t%s\tTIME\n", strings.ToUpper(strings.Join(mixedExercises, "\t")))
 	for _, r := range m.rows {
 		cells := make([]string, 0, len(mixedExercises))
 		for _, e := range mixedExercises {
