@@ -98,7 +98,8 @@ var mixedVersionCalls = []busCall{
 		"this build's eviction client (eviction is not on node-1: the test calls it as eviction would): the pod ends Failed/Evicted in the API"},
 	{"podsync", "volumes", "unitlet.volumes.v1.VolumesService/PrepareVolumes", exPod, "the pod's configMap, secret, projected token and emptyDir volumes, read back by kubectl exec"},
 	{"podsync", "volumes", "unitlet.volumes.v1.VolumesService/ReleaseVolumes", exKill, "the deleted pod's mounts are gone from the host"},
-	{"status", "volumes", "unitlet.volumes.v1.VolumesService/ListVolumes", exNodeAPI, "/stats/summary answers and status logged no failed volume listing during the step"},
+	{"status", "volumes", "unitlet.volumes.v1.VolumesService/ListVolumes", exNodeAPI,
+		"/stats/summary answers (when status or volumes is the odd one, a summary collected since the pod started, listing it); status logged no failed volume listing during the step"},
 	{"unitletctl", "status", "unitlet.status.v1.StatusService/GetNodeStatus", exCtlCur, "unitletctl node"},
 	{"status, unitletctl", "every", "unitlet.daemon.v1.DaemonService/GetInfo", exVersions, "the test's and unitletctl status' version check; status' /healthz per service"},
 	{"status", "every", "unitlet.daemon.v1.DaemonService/GetMetrics", exNodeAPI,
@@ -347,7 +348,7 @@ func (m *mixedRun) step(t *testing.T, name, odd string, want map[string]string, 
 	t.Logf("step %q: %d services swapped in %s", name, swaps, time.Since(began).Round(100*time.Millisecond))
 
 	pod := fmt.Sprintf("mixed-%d", len(m.rows)+1)
-	ex := &mixedExercise{m: m, t: t, pod: pod, began: time.Now()}
+	ex := &mixedExercise{m: m, t: t, pod: pod, odd: odd, began: time.Now()}
 	blocked := ""
 	for _, e := range []struct {
 		name  string
@@ -411,6 +412,8 @@ type mixedExercise struct {
 	t   *testing.T
 	pod string
 	uid string
+	// odd is the service the step runs at the other build than the rest.
+	odd string
 	// began is when the step's services were all swapped.
 	began time.Time
 }
@@ -653,6 +656,21 @@ func (e *mixedExercise) nodeAPI() error {
 		return strings.Contains(body, `pod="`+e.pod+`"`), "no series of the pod"
 	}); err != nil {
 		return err
+	}
+	// status' ListVolumes crosses builds only when status or volumes is the odd one: then
+	// wait for a summary collected since the pod started (it lists the pod), which asked
+	// unitlet-volumes; the journal below says whether that failed. Elsewhere the summary
+	// only has to answer (a collection is up to 10 s away).
+	if e.odd == "status" || e.odd == "volumes" {
+		if err := poll(30*time.Second, "/stats/summary lists "+e.pod, func(context.Context) (bool, string) {
+			body, err := get("/stats/summary")
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(body, `"`+e.uid+`"`), "not listed"
+		}); err != nil {
+			return err
+		}
 	}
 	for _, path := range []string{"/metrics/resource", "/stats/summary", "/healthz"} {
 		if err := poll(30*time.Second, path+" answers", func(context.Context) (bool, string) {
