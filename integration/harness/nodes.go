@@ -92,6 +92,12 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 // on the machine's bus sockets (its /run/unitlet is NodeSocketDir). It reads the
 // configuration from the machine's unitlet-config, whose paths are the same on both sides.
 func (h *Harness) hostService(n Node, svc string) component {
+	return h.hostServiceFrom(n, svc, filepath.Join(h.binDir(), "unitlet-"+svc))
+}
+
+// hostServiceFrom is hostService running the binary bin (another build's, for the
+// mixed-version tests).
+func (h *Harness) hostServiceFrom(n Node, svc, bin string) component {
 	return component{
 		name: n.Name + "/unitlet-" + svc,
 		start: func() (*proc, error) {
@@ -99,7 +105,7 @@ func (h *Harness) hostService(n Node, svc string) component {
 			if addr := n.Metrics[svc]; addr != "" {
 				env = append(env, "UNITLET_METRICS_ADDR="+addr)
 			}
-			return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, filepath.Join(h.binDir(), "unitlet-"+svc))
+			return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin)
 		},
 		ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
 	}
