@@ -71,6 +71,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
 	d.SetHealthCheck(svc.Healthy)
+	svc.OnGeneration(func(gen uint64) { d.SetConfigState(daemon.ConfigState{Generation: gen}) })
 	d.Go("file watch", svc.WatchFiles)
 	if cfg.BootstrapKubeconfig != "" {
 		// TLS bootstrap runs beside the bus: the other services read the configuration and

@@ -58,6 +58,9 @@ type Service struct {
 	reloadSuccess prometheus.Gauge
 	generation    prometheus.Gauge
 	reloads       *prometheus.CounterVec
+
+	// onGeneration is told each generation that takes effect (OnGeneration).
+	onGeneration func(uint64)
 }
 
 // NewService loads the configuration for the first time. When the files do not load but
@@ -191,7 +194,19 @@ func (s *Service) succeeded(trigger string) {
 	s.reloadOK.Set(1)
 	s.reloadSuccess.Set(float64(now.UnixNano()) / 1e9)
 	s.generation.Set(float64(s.current.Generation))
+	if s.onGeneration != nil {
+		s.onGeneration(s.current.Generation)
+	}
 	s.reloads.WithLabelValues(trigger, "success").Inc()
+}
+
+// OnGeneration calls f with the generation in effect now and whenever another takes
+// effect (for the daemon's GetInfo, which reports the generation unitlet-config serves).
+func (s *Service) OnGeneration(f func(generation uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onGeneration = f
+	f(s.current.Generation)
 }
 
 func (s *Service) failed(trigger string, err error) {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,9 @@ func TestReloadMakesGenerationsAndKeepsLastKnownGood(t *testing.T) {
 	}
 	sub := s.Subscribe(first.Generation)
 	defer sub.Close()
+	// What GetInfo reports: the generation in effect, from the start and at each change.
+	var told []uint64
+	s.OnGeneration(func(gen uint64) { told = append(told, gen) })
 
 	// Unchanged: no new generation, no event.
 	if err := s.Reload(TriggerSignal); err != nil {
@@ -113,6 +117,9 @@ func TestReloadMakesGenerationsAndKeepsLastKnownGood(t *testing.T) {
 	}
 	if st := s.Status(); !st.LastReloadSuccessful || st.LastError != "" || st.Generation != 2 {
 		t.Fatalf("status after the fix: %v", st)
+	}
+	if !slices.Equal(told, []uint64{1, 1, 2}) {
+		t.Errorf("OnGeneration was told %v, want [1 1 2] (the first, the unchanged reload's, the fix's)", told)
 	}
 	if testutil.ToFloat64(s.reloadOK) != 1 || testutil.ToFloat64(s.generation) != 2 {
 		t.Fatalf("metrics after the fix: ok %v generation %v", testutil.ToFloat64(s.reloadOK), testutil.ToFloat64(s.generation))
