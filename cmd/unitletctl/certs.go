@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	certsv1 "github.com/unitlet/unitlet/proto/unitlet/certs/v1"
@@ -57,22 +55,16 @@ func certsCmd(ctx context.Context, g globals, args []string, now time.Time) erro
 
 // certsRotateCmd forces a rotation, printing each state the certificate goes through.
 func certsRotateCmd(ctx context.Context, g globals, args []string) error {
-	fs := pflag.NewFlagSet("unitletctl certs rotate", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	wait := fs.Duration("wait", 15*time.Minute, "how long to wait for the new certificate (the rotation goes on after that)")
-	if err := fs.Parse(args); err != nil {
-		return usageError(fmt.Errorf("certs rotate: %w", err))
-	}
 	kind := certsv1.CertificateKind_CERTIFICATE_KIND_CLIENT
-	switch fs.NArg() {
+	switch len(args) {
 	case 0:
 	case 1:
-		switch fs.Arg(0) {
+		switch args[0] {
 		case "client":
 		case "serving":
 			kind = certsv1.CertificateKind_CERTIFICATE_KIND_SERVING
 		default:
-			return usageError(fmt.Errorf("certs rotate: unknown kind %q; want client or serving", fs.Arg(0)))
+			return usageError(fmt.Errorf("certs rotate: unknown kind %q; want client or serving", args[0]))
 		}
 	default:
 		return usageError(fmt.Errorf("certs rotate: want at most one kind, client or serving"))
@@ -83,7 +75,7 @@ func certsRotateCmd(ctx context.Context, g globals, args []string) error {
 	}
 	defer conn.Close()
 	client := certsv1.NewCertsServiceClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, *wait)
+	ctx, cancel := context.WithTimeout(ctx, g.rotateWait)
 	defer cancel()
 
 	// Progress: every state the certificate goes through while the rotation runs.

@@ -134,4 +134,13 @@ func TestCerts(t *testing.T) {
 	if _, _, code = ctl("--socket-dir="+dir, "certs", "rotate", "other"); code != 2 {
 		t.Fatalf("certs rotate other: exit %d", code)
 	}
+	// --wait is certs rotate's, before the command or after it, and no other command's.
+	for _, args := range [][]string{{"certs", "rotate", "serving", "--wait", "30s"}, {"--wait=30s", "certs", "rotate", "serving"}} {
+		if _, errOut, code = ctl(append([]string{"--socket-dir=" + dir}, args...)...); code != 1 || !strings.Contains(errOut, "serverTLSBootstrap is false") {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	if _, errOut, code = ctl("--socket-dir="+dir, "certs", "--wait", "30s"); code != 2 || !strings.Contains(errOut, "--wait applies to certs rotate only") {
+		t.Fatalf("certs --wait: exit %d: %s", code, errOut)
+	}
 }

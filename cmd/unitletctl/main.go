@@ -37,7 +37,9 @@ type globals struct {
 	socketDir string
 	output    string
 	timeout   time.Duration
-	stdout    io.Writer
+	// rotateWait bounds certs rotate's wait for the new certificate (--wait).
+	rotateWait time.Duration
+	stdout     io.Writer
 	// stderr takes warnings about what a command leaves out.
 	stderr io.Writer
 }
@@ -76,6 +78,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&g.socketDir, "socket-dir", defaultDir, "the directory of the bus sockets (env UNITLET_SOCKET_DIR)")
 	fs.StringVarP(&g.output, "output", "o", "", "output format: json, or the default table/yaml")
 	fs.DurationVar(&g.timeout, "timeout", 3*time.Second, "how long to wait for each service to answer")
+	// certs rotate's flag is parsed with the global ones: pflag takes every flag on the
+	// line, wherever it stands, so a command's own flag set never saw it.
+	fs.DurationVar(&g.rotateWait, "wait", 15*time.Minute, "certs rotate: how long to wait for the new certificate (the rotation goes on after that)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -98,6 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if fs.Changed("wait") && (cmd != "certs" || len(rest) == 0 || rest[0] != "rotate") {
+		fmt.Fprintf(stderr, "unitletctl: --wait applies to certs rotate only\n")
+		return 2
+	}
 	var err error
 	switch cmd {
 	case "status":
