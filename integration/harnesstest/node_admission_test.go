@@ -218,11 +218,25 @@ func stackPID(t *testing.T, name string) int {
 func TestNodeAdmissionKeepsTheLastNodeWhileTheAPIServerIsDown(t *testing.T) {
 	waitNodeReady(t, 90*time.Second)
 	labelNode(t, testZoneLabel, "a")
-	// podsync has seen the label once a pod selecting it runs.
-	seen := busyboxPod("zone-seen", "sleep 3600")
-	seen.Spec.NodeSelector = map[string]string{testZoneLabel: "a"}
-	createPod(t, seen)
-	containerOf(t, seen.Name)
+	// podsync has seen the label once a pod selecting it runs. Sent straight to the node, a
+	// pod can reach podsync before the Node's update does, and be rejected for good, as the
+	// kubelet rejects it: then another pod, until one runs.
+	for attempt := 1; ; attempt++ {
+		seen := busyboxPod(fmt.Sprintf("zone-seen-%d", attempt), "sleep 3600")
+		seen.Spec.NodeSelector = map[string]string{testZoneLabel: "a"}
+		createPod(t, seen)
+		_, st := waitPod(t, 2*time.Minute, "default/"+seen.Name, "running or rejected", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
+			return st.Phase == corev1.PodFailed || (st.Phase == corev1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].ContainerID != "")
+		})
+		if st.Phase == corev1.PodRunning {
+			break
+		}
+		if st.Reason != "NodeAffinity" || attempt == 5 {
+			t.Fatalf("%s: %s %s: %s, want it running (attempt %d)", seen.Name, st.Phase, st.Reason, st.Message, attempt)
+		}
+		t.Logf("%s rejected before podsync saw the Node's new label (%s); another", seen.Name, st.Message)
+		time.Sleep(time.Second)
+	}
 
 	// Stopped, not killed: its connections hang as they do when the server is unreachable.
 	api := stackPID(t, "kube-apiserver")
