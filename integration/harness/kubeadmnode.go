@@ -121,7 +121,12 @@ func (h *Harness) prepareKubeadmMachine(n Node, root string, machineID []byte) e
 // kubeadm's configuration: the cgroupfs driver and the node's cgroup root on these
 // machines' cgroup v1, swap left on, and the node's pod log directory on the host, where
 // the stack's containerd writes the logs. Static pods stay in kubeadm's
-// /etc/kubernetes/manifests in the machine.
+// /etc/kubernetes/manifests in the machine. Unlike the other nspawn nodes it runs
+// unitlet-eviction (the unitlet package brings it), on the host's disk, which every stack
+// and build shares: the disk thresholds are lowered from the kubelet's defaults (at 15%
+// imagefs.available the node took DiskPressure, its taint kept pods off, and the node-level
+// reclaim removed the stack's test images), and images are never collected (they cannot be
+// pulled again), as on the bench stacks.
 func (h *Harness) KubeadmKubeletConfig(node string) (string, error) {
 	i := slices.IndexFunc(h.stack.Nodes, func(n Node) bool { return n.Name == node && n.Kubeadm })
 	if i < 0 {
@@ -131,7 +136,9 @@ func (h *Harness) KubeadmKubeletConfig(node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cfg := "cgroupDriver: cgroupfs\nfailCgroupV1: false\nfailSwapOn: false\n"
+	cfg := "cgroupDriver: cgroupfs\nfailCgroupV1: false\nfailSwapOn: false\n" +
+		"evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}\n" +
+		"imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n"
 	for _, line := range strings.SplitAfter(dirs, "\n") {
 		if !strings.HasPrefix(line, "staticPodPath:") {
 			cfg += line
