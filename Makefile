@@ -101,7 +101,7 @@ test-unit:
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
 test-integration: build harness-binaries prev-release
-	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$') ./systemd/...
+	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$') ./systemd/...
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
 ## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
@@ -122,6 +122,18 @@ test-containerd2: build harness-binaries
 TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
 test-vm: build harness-binaries deb prev-release
 	$(TEST_VM)
+
+## test-kubeadm: `kubeadm join` on a node with unitlet installed from the packages of `make
+## deb`, unitlet-kubeadm among them (integration/stacks/kubeadm.yaml: a control plane that
+## the test prepares with kubeadm's upload-config and bootstrap-token phases, one
+## systemd-nspawn machine with the packages and kubeadm): the join completes with unitlet
+## started through kubelet.service, the node turns Ready and runs a pod, `systemctl restart
+## kubelet` restarts unitlet-config alone; prints the join's time and join-to-Ready. The
+## node takes the kubelet's 10250 and 10248: run it with no other stack up. Not part of
+## make test.
+.PHONY: test-kubeadm
+test-kubeadm: build harness-binaries deb
+	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 -timeout=30m -v ./integration/kubeadmtest/
 
 ## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
 ## containerd 2.x, built from the pinned modules in integration/tools into the cache

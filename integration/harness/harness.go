@@ -200,6 +200,14 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if slices.ContainsFunc(h.stack.Nodes, func(n Node) bool { return n.Kubeadm }) {
+		if err := h.step("kubeadm", func() (string, error) {
+			bin, err := EnsureKubeadm(h.repo, h.out)
+			return " " + bin, err
+		}); err != nil {
+			return err
+		}
+	}
 	if h.hasBackend("vm") {
 		if err := h.step("vm tree", h.ensureVMTree); err != nil {
 			return err

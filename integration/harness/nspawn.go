@@ -336,6 +336,10 @@ func (h *Harness) nspawnComponent(n Node, f *controlPlaneFiles) component {
 			if err := machineBooted(ctx, pid1); err != nil {
 				return err
 			}
+			if n.Kubeadm {
+				// Installed at boot, not started: kubeadm join starts it.
+				return nil
+			}
 			for _, svc := range n.Services {
 				if err := serving(ctx, h.NodeSocketDir(n.Name), svc); err != nil {
 					return fmt.Errorf("unitlet-%s: %w", svc, err)
@@ -401,15 +405,13 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		return "", fmt.Errorf("mount the overlay on %s (%s): %w", root, opts, err)
 	}
 
-	type file struct {
-		path string // in the machine
-		mode os.FileMode
-		from string // a host file, or
-		data []byte // the content
-	}
 	machineID := make([]byte, 16)
 	if _, err := rand.Read(machineID); err != nil {
 		return "", err
+	}
+	if n.Kubeadm {
+		// unitlet from its packages, for kubeadm to configure and start (kubeadmnode.go).
+		return root, h.prepareKubeadmMachine(n, root, machineID)
 	}
 	ca, err := os.ReadFile(f.ca.CertFile)
 	if err != nil {
@@ -424,7 +426,7 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files := []file{
+	files := []machineFile{
 		{path: "/etc/hostname", mode: 0o644, data: []byte(n.Name + "\n")},
 		{path: "/etc/machine-id", mode: 0o444, data: []byte(hex.EncodeToString(machineID) + "\n")},
 		{path: "/usr/bin/unitletctl", mode: 0o755, from: filepath.Join(h.binDir(), "unitletctl")},
@@ -434,8 +436,8 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
 	}
 	for _, svc := range n.Services {
-		files = append(files, file{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
-		files = append(files, file{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.unitDropIn(n, svc))})
+		files = append(files, machineFile{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
+		files = append(files, machineFile{path: "/etc/systemd/system/unitlet-" + svc + ".service.d/harness.conf", mode: unitFileMode, data: []byte(h.unitDropIn(n, svc))})
 	}
 	if n.ImageCredentialProvider != nil {
 		plugin, config, err := h.credentialProviderFiles(n)
@@ -443,9 +445,9 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 			return "", err
 		}
 		files = append(files,
-			file{path: machineCredentialPlugin, mode: 0o755, data: plugin},
+			machineFile{path: machineCredentialPlugin, mode: 0o755, data: plugin},
 			// It holds the registry's password, as the configuration root's other files.
-			file{path: machineCredentialProviderConfig, mode: 0o600, data: config})
+			machineFile{path: machineCredentialProviderConfig, mode: 0o600, data: config})
 	}
 	switch {
 	case h.stack.Standalone:
@@ -471,28 +473,11 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		base := strings.TrimSuffix(filepath.Base(u), filepath.Ext(u))
 		switch ext := filepath.Ext(u); {
 		case ext == ".target", (ext == ".service" || ext == ".socket") && slices.Contains(n.Services, strings.TrimPrefix(base, "unitlet-")):
-			files = append(files, file{path: "/etc/systemd/system/" + filepath.Base(u), mode: unitFileMode, from: u})
+			files = append(files, machineFile{path: "/etc/systemd/system/" + filepath.Base(u), mode: unitFileMode, from: u})
 		}
 	}
-	for _, fl := range files {
-		data := fl.data
-		if fl.from != "" {
-			if data, err = os.ReadFile(fl.from); err != nil {
-				return "", err
-			}
-		}
-		p := filepath.Join(root, fl.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", err
-		}
-		_ = os.Remove(p)
-		if err := os.WriteFile(p, data, fl.mode); err != nil {
-			return "", err
-		}
-		// The mode as given, whatever the umask.
-		if err := os.Chmod(p, fl.mode); err != nil {
-			return "", err
-		}
+	if err := writeMachineFiles(root, files); err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(filepath.Join(root, "etc", "unitlet", "config.d"), 0o755); err != nil {
 		return "", err
@@ -506,6 +491,41 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		return "", err
 	}
 	return root, nil
+}
+
+// machineFile is a file put into a machine's root.
+type machineFile struct {
+	path string // in the machine
+	mode os.FileMode
+	from string // a host file, or
+	data []byte // the content
+}
+
+// writeMachineFiles writes files into the machine root root, each with its mode whatever
+// the umask.
+func writeMachineFiles(root string, files []machineFile) error {
+	for _, fl := range files {
+		data := fl.data
+		if fl.from != "" {
+			var err error
+			if data, err = os.ReadFile(fl.from); err != nil {
+				return err
+			}
+		}
+		p := filepath.Join(root, fl.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(p)
+		if err := os.WriteFile(p, data, fl.mode); err != nil {
+			return err
+		}
+		// The mode as given, whatever the umask.
+		if err := os.Chmod(p, fl.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeNodeCredentials puts node n's client certificate, key, the cluster CA and a
@@ -575,7 +595,9 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
 	}
 	rw := h.nodeRootDir(n.Name)
-	if svc == "config" {
+	// A kubeadm node's unitlet-config runs with the kubelet's command line under kubeadm
+	// (unitlet-kubeadm's drop-in) and its root dir from /etc/default/kubelet.
+	if svc == "config" && !n.Kubeadm {
 		fmt.Fprintf(&b, "Environment=UNITLET_ROOT_DIR=%s\n", h.nodeRootDir(n.Name))
 		if !h.stack.Standalone {
 			fmt.Fprintf(&b, "Environment=UNITLET_KUBECONFIG=%s\n", h.nodeKubeconfig(n.Name))

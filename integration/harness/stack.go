@@ -105,6 +105,14 @@ type Node struct {
 	// (integration/credentialplugin), which gives the stack registry's account for
 	// RegistryAccess.PluginBusybox (credentialprovider.go).
 	ImageCredentialProvider *ImageCredentialProvider `json:"imageCredentialProvider,omitempty"`
+	// Kubeadm makes an nspawn node one that `kubeadm join` sets up (kubeadmnode.go): the
+	// machine installs unitlet from DistDir's Debian packages at boot (every service,
+	// unitletctl, unitlet and unitlet-kubeadm, whose kubelet.service kubeadm drives), has
+	// kubeadm (EnsureKubeadm) in /usr/bin, and the harness neither configures nor starts
+	// unitlet in it: no /etc/unitlet/config.yaml, credentials or unitlet.target of the
+	// harness's. kubeadm writes the node's files and starts it (integration/kubeadmtest).
+	// The configuration is kubeadm's, so the node's configuration fields stay unset.
+	Kubeadm bool `json:"kubeadm,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -242,6 +250,11 @@ func LoadStack(path string) (*Stack, error) {
 			}
 			if d, err := time.ParseDuration(cp.CacheDuration); err != nil || d <= 0 {
 				return nil, fmt.Errorf("%s: nodes[%d].imageCredentialProvider.cacheDuration %q: want a positive duration, e.g. 30s", path, i, cp.CacheDuration)
+			}
+		}
+		if n.Kubeadm {
+			if err := checkKubeadmNode(&s, n); err != nil {
+				return nil, fmt.Errorf("%s: nodes[%d].kubeadm: %v", path, i, err)
 			}
 		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
