@@ -56,7 +56,8 @@ build:
 ## test: everything — generated code, lint, unit tests, integration tests, the vm node.
 ## The vm suite runs in the background (its output kept in ~/.cache/unitlet/test-vm.log
 ## and printed when it ends) beside lint, deb-check and test-unit, which run at nice 15 so
-## that the emulated guest keeps its core; the harness suites come after it. The harness
+## that the emulated guest keeps its core; the harness suites (and test-kubeadm) come
+## after it. The harness
 ## suites never run beside the vm: on two cores the emulated vm starves under them (its
 ## systemd stopped answering within the checks' deadlines).
 test: prereqs proto-check build harness-binaries deb prev-release
@@ -69,7 +70,7 @@ test: prereqs proto-check build harness-binaries deb prev-release
 	echo "== test-vm (exit status $$vmrc, $$(( $$(date +%s) - start )) s), from $$log:"; cat $$log; \
 	if [ $$rc -ne 0 ]; then echo "make test: lint, deb-check or test-unit failed (above)"; exit 1; fi; \
 	if [ $$vmrc -ne 0 ]; then echo "make test: test-vm failed (above)"; exit 1; fi
-	$(MAKE) --no-print-directory test-integration test-containerd2
+	$(MAKE) --no-print-directory test-integration test-containerd2 test-kubeadm
 	@echo "make test: all passed"
 
 ## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
@@ -129,8 +130,8 @@ test-vm: build harness-binaries deb prev-release
 ## systemd-nspawn machine with the packages and kubeadm): the join completes with unitlet
 ## started through kubelet.service, the node turns Ready and runs a pod, `systemctl restart
 ## kubelet` restarts unitlet-config alone; prints the join's time and join-to-Ready. The
-## node takes the kubelet's 10250 and 10248: run it with no other stack up. Not part of
-## make test.
+## node takes the kubelet's 10250 and 10248: run it with no other stack up (make test runs
+## it last, alone).
 .PHONY: test-kubeadm
 test-kubeadm: build harness-binaries deb
 	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 -timeout=30m -v ./integration/kubeadmtest/
