@@ -90,12 +90,9 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 	if err != nil {
 		return err
 	}
-	if len(fromFile) > 0 {
-		env := fromEnv
-		fromEnv = func(flag string) bool { return !fromFile[flag] && env(flag) }
-	}
 	envPatch, envNames := map[string]any{}, []string{}
 	flagPatch, flagNames := map[string]any{}, []string{}
+	filePatches, fileNames := map[string]map[string]any{}, map[string][]string{}
 	for _, cf := range configFields {
 		f := fs.Lookup(cf.flag)
 		if !f.Changed {
@@ -105,10 +102,17 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 		if verr != nil {
 			return fmt.Errorf("--%s: %v", cf.flag, verr)
 		}
-		if fromEnv(cf.flag) {
+		switch file := fromFile[cf.flag]; {
+		case file != "":
+			if filePatches[file] == nil {
+				filePatches[file] = map[string]any{}
+			}
+			filePatches[file][cf.field] = v
+			fileNames[file] = append(fileNames[file], "--"+cf.flag)
+		case fromEnv(cf.flag):
 			envPatch[cf.field] = v
 			envNames = append(envNames, envconfig.Name(cf.flag))
-		} else {
+		default:
 			flagPatch[cf.field] = v
 			flagNames = append(flagNames, "--"+cf.flag)
 		}
@@ -120,6 +124,16 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 	if len(flagPatch) > 0 {
 		sort.Strings(flagNames)
 		o.Overrides = append(o.Overrides, kubeletconfig.Override{Kind: kubeletconfig.SourceFlags, Name: strings.Join(flagNames, ","), Patch: flagPatch})
+	}
+	// The flags of each kubelet environment file are a source of their own, named by the
+	// file (unitletctl config then says which file set a field). Each field comes from one
+	// source only: the last file that set its flag, which won on the command line too.
+	for _, file := range o.KubeletEnvFiles {
+		if patch := filePatches[file]; len(patch) > 0 {
+			sort.Strings(fileNames[file])
+			o.Overrides = append(o.Overrides, kubeletconfig.Override{Kind: kubeletconfig.SourceFlags, Name: strings.Join(fileNames[file], ",") + " (" + file + ")", Patch: patch})
+			delete(filePatches, file)
+		}
 	}
 	for _, p := range []struct {
 		flag string
@@ -156,10 +170,11 @@ func (o *Options) complete(fs *pflag.FlagSet, fromEnv func(flag string) bool) er
 // applyKubeletEnvFiles sets the flags of each kubelet environment file, in order, over
 // those already set, as the kubelet's unit puts them after its fixed flags: a later value
 // wins, --node-labels merge and --cluster-dns adds up, as on the kubelet's command line,
-// and --node-ip, a single flag of the kubelet's, is replaced. It returns the flags it set.
-// A flag unitlet-config does not have fails, naming the file (fail closed).
-func applyKubeletEnvFiles(fs *pflag.FlagSet, paths []string) (map[string]bool, error) {
-	set := map[string]bool{}
+// and --node-ip, a single flag of the kubelet's, is replaced. It returns the flags it set,
+// each with the last file that set it. A flag unitlet-config does not have fails, naming
+// the file (fail closed).
+func applyKubeletEnvFiles(fs *pflag.FlagSet, paths []string) (map[string]string, error) {
+	set := map[string]string{}
 	for _, path := range paths {
 		flags, err := kubeletenv.Read(path)
 		if err != nil {
@@ -180,7 +195,7 @@ func applyKubeletEnvFiles(fs *pflag.FlagSet, paths []string) (map[string]bool, e
 			if err != nil {
 				return nil, fmt.Errorf("--kubelet-env-file: kubelet environment file %s: --%s=%q: %v", path, f.Name, f.Value, err)
 			}
-			set[f.Name] = true
+			set[f.Name] = path
 		}
 	}
 	return set, nil

@@ -105,10 +105,13 @@ func TestKubeletEnvFilesApplyAfterTheCommandLine(t *testing.T) {
 		!reflect.DeepEqual(o.NodeLabels, map[string]string{"a": "1", "b": "2"}) {
 		t.Errorf("hostname %q, node IPs %v, labels %v: want the files' values over the command line's, later files last", o.HostnameOverride, o.NodeIPs, o.NodeLabels)
 	}
-	want := []kubeletconfig.Override{{Kind: kubeletconfig.SourceFlags, Name: "--max-pods,--register-with-taints", Patch: map[string]any{
-		"maxPods":            int32(30),
-		"registerWithTaints": []map[string]any{{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}},
-	}}}
+	// Each file is a source of its own, named by the file, holding the fields it set last.
+	want := []kubeletconfig.Override{
+		{Kind: kubeletconfig.SourceFlags, Name: "--register-with-taints (" + kubeadm + ")", Patch: map[string]any{
+			"registerWithTaints": []map[string]any{{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}},
+		}},
+		{Kind: kubeletconfig.SourceFlags, Name: "--max-pods (" + extra + ")", Patch: map[string]any{"maxPods": int32(30)}},
+	}
 	if !reflect.DeepEqual(o.Overrides, want) {
 		t.Errorf("overrides\n got %#v\nwant %#v", o.Overrides, want)
 	}
