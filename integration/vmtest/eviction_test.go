@@ -413,10 +413,14 @@ func TestSoftThresholdGracePeriodSurvivesASIGKILL(t *testing.T) {
 	pid := stack.InNode(t, node, "systemctl", "show", "-p", "MainPID", "--value", "unitlet-eviction")
 	killed := time.Now() // the guest's clock starts from the host's (its RTC): within a second or so
 	stack.InNode(t, node, "systemctl", "kill", "-s", "KILL", "unitlet-eviction")
-	stack.WaitFor(t, time.Minute, "unitlet-eviction restarted", func(context.Context) (bool, string) {
+	// Restarted and ready (Type=notify: active once it sent READY=1). A new main PID alone
+	// is not enough: the emulated guest can take more than unitletctl's 3 s to start it.
+	stack.WaitFor(t, time.Minute, "unitlet-eviction restarted and ready", func(context.Context) (bool, string) {
 		out, _ := stack.Exec(node, []string{"systemctl", "show", "-p", "MainPID", "--value", "unitlet-eviction"}).CombinedOutput()
 		now := strings.TrimSpace(string(out))
-		return now != "0" && now != pid, now
+		out, _ = stack.Exec(node, []string{"systemctl", "show", "-p", "ActiveState", "--value", "unitlet-eviction"}).CombinedOutput()
+		state := strings.TrimSpace(string(out))
+		return now != "0" && now != pid && state == "active", "main PID " + now + ", " + state
 	})
 	s := signal(evictionState(t, node), "memory.available")
 	for _, th := range s.GetThresholds() {
