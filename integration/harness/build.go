@@ -14,7 +14,7 @@ import (
 // integration/tools and the k8s.io libraries unitlet uses.
 const (
 	KubernetesVersion = "v1.36.3"
-	EtcdVersion       = "v3.5.21"
+	EtcdVersion       = "v3.6.8"
 	// ContainerdVersion is the containerd a stack's runtime version "2" runs, built from
 	// integration/tools/containerd; version "1.6" (the default) is Debian's package.
 	ContainerdVersion = "v2.4.2"
