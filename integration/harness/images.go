@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -45,7 +47,11 @@ type image struct {
 	files map[string]imageFile
 	cmd   []string
 	user  string // the config's User, when set
+	path  string // the config's PATH, when not imagePath
 }
+
+// imagePath is the PATH of the test images.
+const imagePath = "/bin:/usr/bin:/sbin:/usr/sbin"
 
 // buildImages writes each test image as a docker-archive tar into the cache, named by the
 // digest of its content, and returns the tar paths. The same inputs give the same bytes.
@@ -66,16 +72,7 @@ func (h *Harness) buildImages() (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("busybox: %w (install it: apt-get install -y busybox-static)", err)
 	}
-	base := func() map[string]imageFile {
-		return map[string]imageFile{
-			"tmp": {mode: 0o1777, dir: true}, "var/tmp": {mode: 0o1777, dir: true}, "var": {mode: 0o755, dir: true},
-			"root": {mode: 0o700, dir: true}, "home": {mode: 0o755, dir: true}, "proc": {mode: 0o755, dir: true},
-			"sys": {mode: 0o755, dir: true}, "dev": {mode: 0o755, dir: true}, "etc": {mode: 0o755, dir: true},
-			"bin":        {mode: 0o755, dir: true},
-			"etc/passwd": {mode: 0o644, content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
-			"etc/group":  {mode: 0o644, content: []byte("root:x:0:\nnobody:x:65534:\n")},
-		}
-	}
+	base := baseImageFiles
 	bb := base()
 	bb["bin/busybox"] = imageFile{mode: 0o755, content: busybox}
 	for _, tool := range busyboxApplets {
@@ -91,6 +88,16 @@ func (h *Harness) buildImages() (map[string]string, error) {
 		{ref: NonRootImage, files: bb, cmd: []string{"sh"}, user: "65534"},
 		{ref: registrySourceImage, files: reg, cmd: []string{"sh"}},
 		{ref: TestServerImage, files: ts, cmd: []string{"/bin/testserver", "serve"}},
+	}
+	if slices.ContainsFunc(h.stack.Nodes, func(n Node) bool { return n.Kubeadm }) {
+		cp, err := controlPlaneImages()
+		if err != nil {
+			return nil, err
+		}
+		// kubeadm init's preflight pulls its sandbox image too, though the runtime's
+		// sandbox_image (PauseImage) is the one pods get.
+		images = append(append(images, cp...), image{ref: KubeadmImageRepository + "/pause:" + kubeadmPauseVersion,
+			files: map[string]imageFile{"pause": {mode: 0o755, content: pause}}, cmd: []string{"/pause"}})
 	}
 	out := map[string]string{}
 	for _, img := range images {
@@ -111,6 +118,106 @@ func (h *Harness) buildImages() (map[string]string, error) {
 		out[img.ref] = path
 	}
 	return out, nil
+}
+
+// KubeadmImageRepository is the imageRepository of `kubeadm init` on the harness: the
+// control plane's images that a stack with a kubeadm node imports (controlPlaneImages).
+const KubeadmImageRepository = "unitlet.local/kubeadm"
+
+// kubeadmPauseVersion is the pause image's tag in kubeadm v1.36 (its constants.PauseVersion).
+const kubeadmPauseVersion = "3.10.2"
+
+// KubeadmEtcdImageTag is the tag of the etcd image in KubeadmImageRepository, in kubeadm's
+// form (ClusterConfiguration etcd.local.imageTag).
+var KubeadmEtcdImageTag = strings.TrimPrefix(EtcdVersion, "v") + "-0"
+
+// controlPlaneImages are the images `kubeadm init` runs as static pods, made from the
+// binaries the harness builds for its own control plane (EnsureBinaries), as kubeadm names
+// them under KubeadmImageRepository: kube-apiserver, kube-controller-manager and
+// kube-scheduler tagged KubernetesVersion, etcd tagged KubeadmEtcdImageTag. Each holds its
+// binary in /usr/local/bin (kubeadm's manifests run it by name), the shared libraries it
+// links (the host's, as ldd finds them: the control plane is built with cgo), and the base
+// tree of the test images.
+func controlPlaneImages() ([]image, error) {
+	dir := filepath.Join(CacheDir(), "kube-"+KubernetesVersion+"-r2")
+	bins := map[string]string{
+		"kube-apiserver":          filepath.Join(dir, "kube-apiserver"),
+		"kube-controller-manager": filepath.Join(dir, "kube-controller-manager"),
+		"kube-scheduler":          filepath.Join(dir, "kube-scheduler"),
+		"etcd":                    filepath.Join(CacheDir(), "etcd-"+EtcdVersion+"-r2", "etcd"),
+	}
+	var out []image
+	for _, name := range slices.Sorted(maps.Keys(bins)) {
+		path := bins[name]
+		content, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("the %s image: %w (unitlet-harness build, or make harness-binaries, builds it)", name, err)
+		}
+		files := baseImageFiles()
+		files["usr"] = imageFile{mode: 0o755, dir: true}
+		files["usr/local"] = imageFile{mode: 0o755, dir: true}
+		files["usr/local/bin"] = imageFile{mode: 0o755, dir: true}
+		files["usr/local/bin/"+name] = imageFile{mode: 0o755, content: content}
+		libs, err := sharedLibraries(path)
+		if err != nil {
+			return nil, fmt.Errorf("the %s image: %w", name, err)
+		}
+		for _, lib := range libs {
+			b, err := os.ReadFile(lib)
+			if err != nil {
+				return nil, fmt.Errorf("the %s image: %w", name, err)
+			}
+			rel := strings.TrimPrefix(lib, "/")
+			for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
+				files[d] = imageFile{mode: 0o755, dir: true}
+			}
+			files[rel] = imageFile{mode: 0o755, content: b}
+		}
+		tag := KubernetesVersion
+		if name == "etcd" {
+			tag = KubeadmEtcdImageTag
+		}
+		out = append(out, image{ref: KubeadmImageRepository + "/" + name + ":" + tag, files: files, path: "/usr/local/bin:" + imagePath})
+	}
+	return out, nil
+}
+
+// sharedLibraries are the files of the shared libraries that binary loads, its dynamic
+// loader among them, as ldd lists them (none for a static binary).
+func sharedLibraries(binary string) ([]string, error) {
+	out, err := exec.Command("ldd", binary).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %v\n%s", binary, err, out)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 3 && fields[1] == "=>" && strings.HasPrefix(fields[2], "/"):
+			libs = append(libs, fields[2])
+		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
+			libs = append(libs, fields[0])
+		case len(fields) >= 2 && fields[1] == "=>":
+			return nil, fmt.Errorf("ldd %s: %s is not found", binary, fields[0])
+		}
+	}
+	return libs, nil
+}
+
+// baseImageFiles is the tree every test image has, as real base images do (ENVIRONMENT.md):
+// a process in an image without /tmp or /etc/passwd fails in ways that hide the test.
+func baseImageFiles() map[string]imageFile {
+	return map[string]imageFile{
+		"tmp": {mode: 0o1777, dir: true}, "var/tmp": {mode: 0o1777, dir: true}, "var": {mode: 0o755, dir: true},
+		"root": {mode: 0o700, dir: true}, "home": {mode: 0o755, dir: true}, "proc": {mode: 0o755, dir: true},
+		"sys": {mode: 0o755, dir: true}, "dev": {mode: 0o755, dir: true}, "etc": {mode: 0o755, dir: true},
+		"bin":        {mode: 0o755, dir: true},
+		"etc/passwd": {mode: 0o644, content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+		"etc/group":  {mode: 0o644, content: []byte("root:x:0:\nnobody:x:65534:\n")},
+	}
 }
 
 // busyboxApplets get links in the busybox image (never "busybox" itself).
@@ -162,7 +269,11 @@ func (img image) archive() ([]byte, error) {
 		return nil, err
 	}
 	diffID := sha256.Sum256(layer.Bytes())
-	runConfig := map[string]any{"Cmd": img.cmd, "Env": []string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}}
+	path := imagePath
+	if img.path != "" {
+		path = img.path
+	}
+	runConfig := map[string]any{"Cmd": img.cmd, "Env": []string{"PATH=" + path}}
 	if img.user != "" {
 		runConfig["User"] = img.user
 	}

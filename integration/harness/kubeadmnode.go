@@ -90,6 +90,9 @@ func (h *Harness) prepareKubeadmMachine(n Node, root string, machineID []byte) e
 	}
 	files := []machineFile{
 		{path: "/etc/hostname", mode: 0o644, data: []byte(n.Name + "\n")},
+		// As Debian's installer writes it (the debootstrap tree has none): a host-network
+		// pod's containers get this file, kubeadm init's static pods among them.
+		{path: "/etc/hosts", mode: 0o644, data: []byte("127.0.0.1\tlocalhost\n127.0.1.1\t" + n.Name + "\n\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")},
 		{path: "/etc/machine-id", mode: 0o444, data: []byte(fmt.Sprintf("%x\n", machineID))},
 		{path: "/usr/bin/kubeadm", mode: 0o755, from: kubeadm},
 		{path: "/usr/local/sbin/unitlet-harness-install", mode: 0o755, data: []byte(kubeadmInstallScript)},
@@ -145,6 +148,34 @@ func (h *Harness) KubeadmKubeletConfig(node string) (string, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// KubeadmEtcKubernetes is the host directory that kubeadm node node's machine has as its
+// /etc/kubernetes, and at this same path too. kubeadm writes its files there (kubeconfigs,
+// the PKI, the static pods' manifests); a control plane that kubeadm init runs as static
+// pods on the stack's containerd, on the host, mounts its hostPath volumes from the host:
+// the test points those that name /etc/kubernetes at this directory (kubeadmtest).
+func (h *Harness) KubeadmEtcKubernetes(node string) string {
+	return filepath.Join(h.nodeDir(node), "etc-kubernetes")
+}
+
+// KubeadmEtcdDataDir is the etcd data directory (ClusterConfiguration etcd.local.dataDir)
+// for `kubeadm init` on kubeadm node node: a host directory bound into its machine at the
+// same path, as the etcd static pod mounts it from the host.
+func (h *Harness) KubeadmEtcdDataDir(node string) string {
+	return filepath.Join(h.nodeDir(node), "etcd")
+}
+
+// kubeadmBinds are systemd-nspawn's --bind arguments of kubeadm node n (see
+// KubeadmEtcKubernetes), its directories made.
+func (h *Harness) kubeadmBinds(n Node) ([]string, error) {
+	etc, data := h.KubeadmEtcKubernetes(n.Name), h.KubeadmEtcdDataDir(n.Name)
+	for _, d := range []string{etc, data} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return []string{"--bind=" + etc + ":/etc/kubernetes", "--bind=" + etc + ":" + etc, "--bind=" + data + ":" + data}, nil
 }
 
 // NodeRootDir is the node's --root-dir on the host, where an nspawn node's machine has it

@@ -316,6 +316,13 @@ func (h *Harness) nspawnComponent(n Node, f *controlPlaneFiles) component {
 				d := h.credentialProviderDir(n.Name)
 				args = append(args, "--bind="+d+":"+d)
 			}
+			if n.Kubeadm {
+				binds, err := h.kubeadmBinds(n)
+				if err != nil {
+					return nil, err
+				}
+				args = append(args, binds...)
+			}
 			// The host's cgroup hierarchies, where the stack's containerd makes the pods'
 			// cgroups: podsync in the machine makes their parents there (the machine's own
 			// /sys/fs/cgroup is read-only on a cgroup v1 host).
