@@ -51,6 +51,9 @@ func New(stackFile, repo string, out io.Writer) (*Harness, error) {
 // Stack is the harness's stack.
 func (h *Harness) Stack() *Stack { return h.stack }
 
+// Repo is the root of the repository the harness builds from.
+func (h *Harness) Repo() string { return h.repo }
+
 // Dir is the stack's data directory.
 func (h *Harness) Dir() string { return h.paths.root }
 

@@ -15,8 +15,23 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/shared/promtext"
 )
+
+// MainStack is Main for a package of integration tests whose stack is stackFile in the
+// repository's integration/stacks, unless $UNITLET_STACK names another.
+func MainStack(m *testing.M, stackFile string, setShared func(*Harness)) int {
+	repo, err := integration.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if os.Getenv("UNITLET_STACK") == "" {
+		os.Setenv("UNITLET_STACK", filepath.Join(repo, "integration", "stacks", stackFile))
+	}
+	return Main(m, repo, setShared)
+}
 
 // Main is TestMain for a package of integration tests that share one stack: it brings the
 // stack up (the default stack, or $UNITLET_STACK), runs the tests, and takes it down unless

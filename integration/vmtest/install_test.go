@@ -21,7 +21,7 @@ import (
 // to Ready and to the first pod.
 func TestVMNodeInstalledFromThePackages(t *testing.T) {
 	n := vmNode(t)
-	dist := harness.DistDir(repo)
+	dist := harness.DistDir(stack.Repo())
 	packages := []string{"unitlet", "unitletctl"}
 	for _, svc := range n.Services {
 		packages = append(packages, "unitlet-"+svc)

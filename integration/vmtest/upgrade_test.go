@@ -62,7 +62,7 @@ func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
 	n := vmNode(t)
 	c := admin(t)
 	ctx := context.Background()
-	dist := harness.DistDir(repo)
+	dist := harness.DistDir(stack.Repo())
 	current, prev := debVersion(t, dist), debVersion(t, prevDist)
 	if current == prev {
 		t.Fatalf("this build's packages (%s) and the previous release's (%s) have the same version %s: nothing to upgrade", dist, prevDist, current)

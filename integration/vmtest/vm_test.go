@@ -25,27 +25,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/integration/harness"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
-var (
-	stack *harness.Harness
-	repo  string
-)
+var stack *harness.Harness
 
 func TestMain(m *testing.M) {
-	var err error
-	repo, err = integration.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if os.Getenv("UNITLET_STACK") == "" {
-		os.Setenv("UNITLET_STACK", filepath.Join(repo, "integration", "stacks", "vm-node.yaml"))
-	}
-	os.Exit(harness.Main(m, repo, func(h *harness.Harness) { stack = h }))
+	os.Exit(harness.MainStack(m, "vm-node.yaml", func(h *harness.Harness) { stack = h }))
 }
 
 // vmNode is the stack's vm node and its services.
@@ -73,7 +60,7 @@ func admin(t testing.TB) kubernetes.Interface {
 // (as systemd reads them); "" when the file does not set it.
 func unitLimits(t *testing.T, svc string) map[string]string {
 	t.Helper()
-	path := filepath.Join(repo, "systemd", "unitlet-"+svc+".service")
+	path := filepath.Join(stack.Repo(), "systemd", "unitlet-"+svc+".service")
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
