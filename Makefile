@@ -122,14 +122,17 @@ TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=
 test-vm: build harness-binaries deb prev-release
 	$(TEST_VM)
 
-## test-kubeadm: `kubeadm join` on a node with unitlet installed from the packages of `make
-## deb`, unitlet-kubeadm among them (integration/stacks/kubeadm.yaml: a control plane that
-## the test prepares with kubeadm's upload-config and bootstrap-token phases, one
-## systemd-nspawn machine with the packages and kubeadm): the join completes with unitlet
-## started through kubelet.service, the node turns Ready and runs a pod, `systemctl restart
-## kubelet` restarts unitlet-config alone; prints the join's time and join-to-Ready. The
-## node takes the kubelet's 10250 and 10248: run it with no other stack up (make test runs
-## it last, alone).
+## test-kubeadm: kubeadm on a node with unitlet installed from the packages of `make deb`,
+## unitlet-kubeadm among them (integration/stacks/kubeadm.yaml: a control plane that the
+## test prepares with kubeadm's upload-config and bootstrap-token phases, one
+## systemd-nspawn machine with the packages and kubeadm). `kubeadm join`: unitlet started
+## through kubelet.service, the node Ready and running a pod, `systemctl restart kubelet`
+## restarting unitlet-config alone, then `kubeadm reset`. `kubeadm init` on the same
+## machine: the control plane's static pods (images the harness makes from its own
+## binaries) run on unitlet and the cluster comes up. Prints the join's and init's times.
+## The node takes the kubelet's 10250 and 10248 and kubeadm init the default 6443 and
+## 2379: run it with no other harness stack up but the vm's (make test runs it after the
+## harness suites).
 .PHONY: test-kubeadm
 test-kubeadm: build harness-binaries deb
 	UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 -timeout=30m -v ./integration/kubeadmtest/

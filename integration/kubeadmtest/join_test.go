@@ -26,26 +26,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/unitlet/unitlet/integration"
 	"github.com/unitlet/unitlet/integration/harness"
 )
 
-var (
-	stack *harness.Harness
-	repo  string
-)
+var stack *harness.Harness
 
 func TestMain(m *testing.M) {
-	var err error
-	repo, err = integration.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if os.Getenv("UNITLET_STACK") == "" {
-		os.Setenv("UNITLET_STACK", filepath.Join(repo, "integration", "stacks", "kubeadm.yaml"))
-	}
-	os.Exit(harness.Main(m, repo, func(h *harness.Harness) { stack = h }))
+	os.Exit(harness.MainStack(m, "kubeadm.yaml", func(h *harness.Harness) { stack = h }))
 }
 
 // The preflight checks the join skips, each for a reason that holds on any unitlet node
@@ -221,7 +208,7 @@ nodeRegistration:
 	t.Logf("unitletctl config on %s:\n%s", node, firstLines(cfgOut, 14))
 	for _, want := range []string{
 		"#   file /var/lib/kubelet/config.yaml (",
-		"#   flags --max-pods\n",
+		"#   flags --max-pods (/var/lib/kubelet/kubeadm-flags.env)\n",
 		"#   label " + label + "=kubeadm\n",
 		"# paths: root-dir " + stack.NodeRootDir(node) + ", cert-dir /var/lib/kubelet/pki, kubeconfig /etc/kubernetes/kubelet.conf, bootstrap-kubeconfig /etc/kubernetes/bootstrap-kubelet.conf\n",
 	} {
@@ -287,6 +274,33 @@ nodeRegistration:
 	}
 	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("pod %s after systemctl restart kubelet: phase %s, containers %+v; want Running, not restarted", pod.Name, p.Status.Phase, p.Status.ContainerStatuses)
+	}
+
+	// kubeadm reset, as an administrator takes the node out of the cluster (and as
+	// TestKubeadmInit needs it): kubeadm stops kubelet.service, which stops unitlet.target
+	// and every service; removes every pod of the runtime through CRI; removes its files.
+	// Its --cri-socket: without kubeadm's configuration (the admin's kubeconfig is not on a
+	// worker) reset takes containerd's default socket, and the stack's is elsewhere.
+	resetOut, err := stack.Exec(node, []string{"timeout", "300", "kubeadm", "reset", "--force", "--cri-socket=" + stack.RuntimeEndpoint(), "--v=1"}).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubeadm reset on %s: %v\n%s\n%s", node, err, resetOut, journal(node))
+	}
+	t.Logf("kubeadm reset on %s:\n%s", node, resetOut)
+	for _, unit := range append([]string{"kubelet.service", "unitlet.target"}, unitNames()...) {
+		if st := activeState(t, node, unit); st == "active" || st == "activating" {
+			t.Errorf("%s on %s after kubeadm reset: %s, want stopped", unit, node, st)
+		}
+	}
+	if body, err := get("http://127.0.0.1:10248/healthz"); err == nil {
+		t.Errorf("GET http://127.0.0.1:10248/healthz after kubeadm reset answered %q: unitlet-status still serves", body)
+	}
+	for _, f := range []string{"/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/config.yaml", "/var/lib/kubelet/pki/kubelet-client-current.pem"} {
+		if out, err := stack.Exec(node, []string{"test", "-e", f}).CombinedOutput(); err == nil {
+			t.Errorf("%s on %s after kubeadm reset: still there%s", f, node, out)
+		}
+	}
+	if left := runtimeContainers(t); left != "" {
+		t.Errorf("containers left in the runtime after kubeadm reset:\n%s", left)
 	}
 }
 
