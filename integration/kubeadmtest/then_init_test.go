@@ -37,7 +37,9 @@ var skippedInitPhases = []string{"addon/coredns", "addon/kube-proxy"}
 // writes the control plane's static pods (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler, from the images the harness builds from its own binaries), starts unitlet
 // through kubelet.service, and waits for unitlet to run them. The test then checks that the
-// cluster came up on unitlet: the node registered with the API server it runs, Ready,
+// cluster came up on unitlet: kubelet.conf names the rotatable client certificate
+// (kubeadm's kubelet-finalize) and unitlet-certs rotates it; the node registered with the
+// API server it runs, Ready,
 // labelled and tainted as a control-plane node; the static pods' mirror pods Running and
 // Ready; the controller-manager at work (the default ServiceAccount, kube-root-ca.crt) and
 // the scheduler binding a pod that runs there; and that
@@ -125,6 +127,16 @@ kind: KubeletConfiguration
 		if !strings.Contains(string(out), "[WARNING "+check+"]") {
 			t.Errorf("kubeadm init printed no [WARNING %s]: is the check still failing? If it passes now, stop skipping it", check)
 		}
+	}
+
+	// unitlet-certs seeded its client store with kubelet.conf's inline certificate, as the
+	// kubelet does, so kubeadm's kubelet-finalize pointed kubelet.conf at the rotatable
+	// file (without it the node's certificate would expire unrotated).
+	if !strings.Contains(string(out), `[kubelet-finalize] Updating "/etc/kubernetes/kubelet.conf" to point to a rotatable kubelet client certificate and key`) {
+		t.Errorf("kubeadm init did not point kubelet.conf at a rotatable certificate (kubelet-finalize found no /var/lib/kubelet/pki/kubelet-client-current.pem)")
+	}
+	if conf := stack.InNode(t, node, "cat", "/etc/kubernetes/kubelet.conf"); !strings.Contains(conf, "client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem") {
+		t.Errorf("/etc/kubernetes/kubelet.conf after kubeadm init names no /var/lib/kubelet/pki/kubelet-client-current.pem:\n%s", conf)
 	}
 
 	// The new cluster, through kubeadm's admin.conf.
@@ -217,6 +229,17 @@ kind: KubeletConfiguration
 	}
 	waitRunning(t, client, pod.Name)
 	t.Logf("timings: pod created to Running on the control-plane node: %s", time.Since(podStart).Round(100*time.Millisecond))
+
+	// unitlet-certs restarted itself when kubelet.conf named the store's file, and rotates
+	// the client certificate: a rotation now is signed by the new cluster's
+	// controller-manager, the CSR approved as kubeadm's RBAC allows a node's renewal.
+	var rotated string
+	stack.WaitFor(t, 2*time.Minute, "unitletctl certs rotate client", func(context.Context) (bool, string) {
+		out, err := stack.Exec(node, []string{"unitletctl", "certs", "rotate", "client", "--wait=60s"}).CombinedOutput()
+		rotated = strings.TrimSpace(string(out))
+		return err == nil, rotated
+	})
+	t.Logf("unitletctl certs rotate client on %s: %s", node, rotated)
 
 	// systemctl restart kubelet: unitlet-config alone restarts; the control plane's
 	// containers stay.

@@ -3,7 +3,10 @@
 // the kubeconfig points at) is renewed at a jittered 70 to 90% of its lifetime with the
 // node's current credentials; with serverTLSBootstrap, a serving certificate for the node
 // API (kubelet-server-current.pem, the hostname and node IPs as SANs) is requested and
-// renewed the same way. Every client reloads the files by itself: nobody restarts.
+// renewed the same way. Every client reloads the files by itself: nobody restarts. A
+// kubeconfig with the certificate inline (kubeadm init's kubelet.conf) seeds an empty
+// client store, as the kubelet does, and is rotated once the kubeconfig names the store's
+// file (seed.go).
 package certs
 
 import (
@@ -78,7 +81,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return daemon.ConfigError(err)
 	default:
 		opts.Client = client
-		opts.ClientCredentials = otherCredentials(rc, pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}.CurrentPath())
+		store := pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}
+		seeded, err := seedClientStore(store, rc.TLSClientConfig, opts.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if seeded != "" {
+			log.Info("seeded the client certificate store with the kubeconfig's inline certificate, as the kubelet does: once the kubeconfig names it, it is rotated",
+				"kubeconfig", nc.Paths.GetKubeconfig(), "file", seeded, "current", store.CurrentPath())
+		}
+		opts.ClientCredentials = otherCredentials(rc, store.CurrentPath())
 		if opts.ClientCredentials != "" {
 			log.Info("the client certificate is not rotated", "reason", opts.ClientCredentials)
 		}
@@ -95,6 +107,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Rotation: one loop per certificate; each renews at its deadline, on Rotate, and
 	// retries failures with backoff for as long as it takes.
 	d.Go("rotate", m.Run)
+	if opts.Client != nil {
+		d.Go("credentials", followCredentials(nc.Paths.GetKubeconfig(), pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}.CurrentPath(), opts.ClientCredentials, credentialsCheckEvery, log))
+	}
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
