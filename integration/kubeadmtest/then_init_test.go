@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/unitlet/unitlet/integration/harness"
+	"github.com/unitlet/unitlet/shared/kube"
 )
 
 // controlPlaneComponents are the static pods of `kubeadm init` (their containers' names,
@@ -157,6 +158,19 @@ kind: KubeletConfiguration
 		return ready(n), fmt.Sprintf("%v", n.Status.Conditions)
 	})
 	t.Logf("timings: kubeadm init %s; init start to node Ready %s", took.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+
+	// The services with an API client made from the inline certificate (certs, podsync,
+	// status, volumes) restart once to use the file kubelet.conf now names.
+	stack.WaitFor(t, time.Minute, "unitlet's API clients restarted for kubelet.conf's new credentials", func(context.Context) (bool, string) {
+		var waiting []string
+		for _, svc := range []string{"certs", "podsync", "status", "volumes"} {
+			out, _ := stack.Exec(node, []string{"journalctl", "--no-pager", "-o", "cat", "-u", "unitlet-" + svc + ".service", "--grep", "stopped to start again"}).CombinedOutput()
+			if !strings.Contains(string(out), kube.CredentialsChanged) {
+				waiting = append(waiting, svc)
+			}
+		}
+		return len(waiting) == 0, fmt.Sprintf("not yet restarted: %v", waiting)
+	})
 
 	body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil || string(body) != "ok" {

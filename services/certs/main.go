@@ -108,7 +108,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// retries failures with backoff for as long as it takes.
 	d.Go("rotate", m.Run)
 	if opts.Client != nil {
-		d.Go("credentials", followCredentials(nc.Paths.GetKubeconfig(), pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}.CurrentPath(), opts.ClientCredentials, credentialsCheckEvery, log))
+		// When kubelet.conf comes to name the store's file (kubeadm's kubelet-finalize, after a
+		// seed), a restart rotates it.
+		kube.GoFollowCredentials(d, nc.Paths.GetKubeconfig(), rc, log)
 	}
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.

@@ -2,21 +2,15 @@ package certs
 
 import (
 	"bytes"
-	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/pki"
 	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
@@ -69,57 +63,5 @@ func TestSeedClientStoreFromTheInlineCertificate(t *testing.T) {
 	}
 	if _, err := os.Stat(empty.CurrentPath()); !os.IsNotExist(err) {
 		t.Errorf("%s after a refused seed: %v, want none", empty.CurrentPath(), err)
-	}
-}
-
-// TestFollowCredentialsEndsWhenTheKubeconfigNamesTheStore: kubeadm's kubelet-finalize
-// rewrites kubelet.conf from the inline certificate to the store's current file; the
-// loop, started with the inline credentials, ends so that systemd starts the service
-// again, rotating.
-func TestFollowCredentialsEndsWhenTheKubeconfigNamesTheStore(t *testing.T) {
-	ca := pkitest.NewCA(t)
-	certPEM, keyPEM := inlinePair(t, ca)
-	dir := t.TempDir()
-	store := pki.Store{Dir: filepath.Join(dir, "pki"), Prefix: pki.ClientPrefix}
-	if _, err := store.Update(certPEM, keyPEM, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(dir, "kubelet.conf")
-	write := func(auth *clientcmdapi.AuthInfo) {
-		cfg := clientcmdapi.NewConfig()
-		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://192.0.2.1:6443", CertificateAuthorityData: ca.CertPEM}
-		cfg.AuthInfos["node"] = auth
-		cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "node"}
-		cfg.CurrentContext = "c"
-		if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(&clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := otherCredentials(rc, store.CurrentPath())
-	if started == "" {
-		t.Fatal("the inline kubeconfig counts as the store's")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- followCredentials(kubeconfig, store.CurrentPath(), started, 10*time.Millisecond, slog.New(slog.DiscardHandler))(ctx)
-	}()
-	// The same credentials written again: it goes on.
-	write(&clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-	select {
-	case err := <-done:
-		t.Fatalf("ended on unchanged credentials: %v", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	write(&clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()})
-	var restart *daemon.RestartError
-	if err := <-done; !errors.As(err, &restart) || restart.Reason != credentialsChanged {
-		t.Fatalf("after kubelet.conf named the store: %v, want a restart for %q", err, credentialsChanged)
 	}
 }

@@ -148,5 +148,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
+	kube.GoFollowCredentials(d, nc.Paths.GetKubeconfig(), restConfig, log)
 	return d.Run(ctx)
 }

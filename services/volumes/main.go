@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	kc, clk := nc.KubeletConfiguration, clock.RealClock{}
-	client, _, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-volumes", "running standalone: configMap, secret and token volumes cannot be served", log)
+	client, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-volumes", "running standalone: configMap, secret and token volumes cannot be served", log)
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
@@ -96,5 +96,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))
+	kube.GoFollowCredentials(d, nc.Paths.GetKubeconfig(), restConfig, log)
 	return d.Run(ctx)
 }
