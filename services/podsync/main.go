@@ -16,6 +16,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/containerlogs"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
+	"github.com/unitlet/unitlet/services/podsync/nodeshutdown"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/pullcreds"
@@ -111,11 +112,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
+	// Graceful node shutdown (nodeshutdown/): only when the configuration gives it time.
+	var shutdown *nodeshutdown.Manager
+	var refuseWhileShuttingDown func() (bool, string, string)
+	if groups := nodeshutdown.Groups(kc); len(groups) > 0 {
+		shutdown = nodeshutdown.New(nodeshutdown.Options{
+			Groups: groups, Dial: nodeshutdown.DialLogind, Events: events, Clock: clk,
+			Log: log.With("component", "nodeshutdown"),
+		})
+		refuseWhileShuttingDown = shutdown.Admit
+	}
 	svc := NewService(ServiceOptions{
 		Log: log, Clock: clk, Registry: reg, Node: nodes.Get, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
 		Runtime:       admissionRuntime(ctx, rt, log),
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
+		Shutdown: refuseWhileShuttingDown,
 	})
 	// The prober's metrics are apart from the rest, as the kubelet serves them on
 	// /metrics/probes and not on /metrics; unitlet-status gathers them over the bus.
@@ -167,6 +179,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Warn("the first relist failed: pods the runtime runs are admitted again as new ones", "err", err)
 	}
 	health := newRuntimeHealth(rt, relister)
+	if shutdown != nil {
+		health.shuttingDown = shutdown.ShuttingDown
+	}
 	images := newImageGC(ctx, kc, rt, clk, reg, log)
 	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, logs: logs, log: log.With("component", "reclaim")}
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
@@ -201,6 +216,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Node: the node's own Node in the API, which admission judges pods against.
 	if client != nil {
 		d.Go("node", nodes.Run)
+	}
+	// Graceful node shutdown: logind's delay inhibitor held, and on PrepareForShutdown the
+	// pods ended by priority before it is let go.
+	if shutdown != nil {
+		shutdown.SetPods(shutdownPods{Manager: workers, svc: svc})
+		d.Go("node shutdown", shutdown.Run)
 	}
 	// Container logs: rotation by size, links in /var/log/containers.
 	d.Go("container logs", logs.Run)

@@ -24,6 +24,7 @@ import (
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/nodeshutdown"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 )
@@ -571,5 +572,71 @@ func TestPodContentRemovableByTheKubeletsRule(t *testing.T) {
 		if got := removable(uid); got != want {
 			t.Errorf("pod %s's content removable: %v, want %v", uid, got, want)
 		}
+	}
+}
+
+// TestAdmissionRefusedWhileShuttingDown: while graceful node shutdown runs, a new pod is
+// rejected with the kubelet's NodeShutdown reason and message and never reaches the
+// runtime; pods admitted before keep running (the shutdown manager ends them).
+func TestAdmissionRefusedWhileShuttingDown(t *testing.T) {
+	f := newServiceFixture(t, 0)
+	var mu sync.Mutex
+	down := false
+	f.s.shutdown = func() (bool, string, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return false, nodeshutdown.ReasonNotAdmitted, nodeshutdown.MessageNotAdmitted
+		}
+		return true, "", ""
+	}
+	before := newPod("before", 1)
+	f.s.SetPods("api", []*corev1.Pod{before})
+	waitListed(t, f.s, "before running", func(l map[string]*podsyncv1.Pod) bool { return running(t, l["before"]) })
+
+	mu.Lock()
+	down = true
+	mu.Unlock()
+	late := newPod("late", 2)
+	f.s.SetPods("api", []*corev1.Pod{before, late})
+	p := listed(f.s)["late"]
+	if p == nil {
+		t.Fatalf("the refused pod is not listed")
+	}
+	st := podStatus(t, p)
+	if st.Phase != corev1.PodFailed || st.Reason != "NodeShutdown" || st.Message != "Pod was rejected: Pod was rejected as the node is shutting down." || !p.Terminated {
+		t.Errorf("refused pod: phase %s reason %q message %q terminated %v, want Failed, NodeShutdown and the kubelet's message", st.Phase, st.Reason, st.Message, p.Terminated)
+	}
+	if f.m.Known(late.UID) || slices.Contains(f.cri.podsOf(), "late") {
+		t.Errorf("the refused pod got a worker or reached the runtime")
+	}
+	if !running(t, listed(f.s)["before"]) {
+		t.Errorf("the pod admitted before the shutdown stopped running on admission")
+	}
+}
+
+// TestFinalStatusInAPI: graceful node shutdown counts an API pod as ended only once the API
+// server has its terminal phase (unitlet-status wrote it); a static pod does not wait.
+func TestFinalStatusInAPI(t *testing.T) {
+	f := newServiceFixture(t, 0)
+	api, static := newPod("api-pod", 1), newPod("static-pod", 2)
+	f.s.SetPods("api", []*corev1.Pod{api})
+	f.s.SetPods("file", []*corev1.Pod{static})
+	if f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("an API pod with no terminal phase in the API counts as written")
+	}
+	if !f.s.FinalStatusInAPI(static.UID) {
+		t.Errorf("a static pod waits for the API")
+	}
+	written := api.DeepCopy()
+	written.ResourceVersion = "2"
+	written.Status.Phase = corev1.PodFailed
+	f.s.SetPods("api", []*corev1.Pod{written})
+	if !f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("an API pod whose Failed phase is in the API does not count as written")
+	}
+	f.s.SetPods("api", nil)
+	if !f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("a pod gone from the API does not count as written")
 	}
 }
