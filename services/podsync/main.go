@@ -22,6 +22,7 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/pullcreds"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
@@ -116,9 +117,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var shutdown *nodeshutdown.Manager
 	var refuseWhileShuttingDown func() (bool, string, string)
 	if groups := nodeshutdown.Groups(kc); len(groups) > 0 {
+		// The last shutdown's times, for the kubelet's gauges after the reboot.
+		state, err := checkpoint.Open(filepath.Join(nc.Paths.GetRootDir(), "nodeshutdown"))
+		if err != nil {
+			return err
+		}
 		shutdown = nodeshutdown.New(nodeshutdown.Options{
 			Groups: groups, Dial: nodeshutdown.DialLogind, Events: events, Clock: clk,
-			Log: log.With("component", "nodeshutdown"),
+			Log: log.With("component", "nodeshutdown"), Registry: reg, State: state,
 		})
 		refuseWhileShuttingDown = shutdown.Admit
 	}

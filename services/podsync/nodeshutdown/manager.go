@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -81,12 +82,18 @@ type Options struct {
 	Retry time.Duration
 	// Changed, when set, is called whenever ShuttingDown changes.
 	Changed func()
+	// Registry gets the kubelet's kubelet_graceful_shutdown_{start,end}_time_seconds; nil:
+	// none.
+	Registry prometheus.Registerer
+	// State keeps the last shutdown's times across restarts; nil: not kept.
+	State StateStore
 }
 
 // Manager is graceful node shutdown: Run holds the inhibitor and ends the pods on a
 // shutdown; ShuttingDown and Admit tell admission and the node's health.
 type Manager struct {
-	o Options
+	o       Options
+	metrics *metrics
 
 	mu           sync.Mutex
 	shuttingDown bool
@@ -102,7 +109,9 @@ func New(o Options) *Manager {
 	if o.Retry == 0 {
 		o.Retry = time.Second
 	}
-	return &Manager{o: o}
+	m := &Manager{o: o, metrics: newMetrics(o.Registry)}
+	m.loadState()
+	return m
 }
 
 // SetPods gives the manager the pods it ends, before Run (podsync's workers are made after
@@ -264,9 +273,12 @@ func (m *Manager) DelayShort() time.Duration {
 func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
 	m.setShuttingDown(true)
 	m.o.Events.NodeEvent(corev1.EventTypeNormal, eventReason, eventShutdown)
+	began := m.o.Clock.Now()
+	m.saveState(state{StartTime: began})
 	defer func() {
+		m.saveState(state{StartTime: began, EndTime: m.o.Clock.Now()})
 		release(lock, m.o.Log)
-		m.o.Log.Info("graceful node shutdown: pods ended; the node may shut down")
+		m.o.Log.Info("graceful node shutdown: pods ended; the node may shut down", "took", m.o.Clock.Since(began).Round(time.Millisecond))
 	}()
 	groups := byGroup(m.o.Groups, m.o.Pods.ActivePods())
 	for i, pods := range groups {

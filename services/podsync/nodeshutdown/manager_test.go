@@ -12,12 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/shared/checkpoint"
 )
 
 // fakeLogind is logind as the manager sees it: the test sends PrepareForShutdown and
@@ -210,10 +213,10 @@ type rig struct {
 
 // start runs a manager over groups and pods against a fake logind whose
 // InhibitDelayMaxSec is delay.
-func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind) *rig {
+func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind, opts ...func(*Options)) *rig {
 	t.Helper()
 	r := &rig{logind: logind, pods: pods, events: &fakeEvents{}, log: &syncBuffer{}, dials: make(chan struct{}, 10), done: make(chan struct{})}
-	r.m = New(Options{
+	o := Options{
 		Groups: groups,
 		Dial: func() (Logind, error) {
 			r.dials <- struct{}{}
@@ -223,7 +226,11 @@ func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind) *ri
 		Log:   slog.New(slog.NewTextHandler(r.log, nil)),
 		Poll:  5 * time.Millisecond,
 		Retry: 10 * time.Millisecond,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r.m = New(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() {
@@ -532,4 +539,51 @@ func TestLogindConnectionLost(t *testing.T) {
 		t.Fatalf("no new connection to logind after the old one ended")
 	}
 	eventually(t, "a new inhibitor", func() bool { taken, released, held := logind.state(); return taken == 2 && released == 1 && held })
+}
+
+// TestShutdownTimesKept: the kubelet's graceful shutdown gauges say when the shutdown began
+// and ended, and a manager started after it (the next boot's podsync) reports the same
+// from the state kept on disk.
+func TestShutdownTimesKept(t *testing.T) {
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logind := newLogind(time.Hour)
+	start(t, []Group{{0, time.Second}}, newFakePods(pod("a", nil, nil)), logind, func(o *Options) { o.Registry, o.State = reg, store })
+	eventually(t, "the inhibitor taken", func() bool { _, _, held := logind.state(); return held })
+	if got := gauges(t, reg); got["kubelet_graceful_shutdown_start_time_seconds"] != 0 || got["kubelet_graceful_shutdown_end_time_seconds"] != 0 {
+		t.Errorf("gauges %v before any shutdown, want 0", got)
+	}
+	before := float64(time.Now().UnixNano()) / 1e9
+	logind.signals <- true
+	eventually(t, "the inhibitor released", func() bool { _, released, _ := logind.state(); return released == 1 })
+	after := float64(time.Now().UnixNano()) / 1e9
+	got := gauges(t, reg)
+	startAt, endAt := got["kubelet_graceful_shutdown_start_time_seconds"], got["kubelet_graceful_shutdown_end_time_seconds"]
+	if startAt < before || endAt < startAt || endAt > after {
+		t.Errorf("start %f end %f, want %f <= start <= end <= %f", startAt, endAt, before, after)
+	}
+
+	reg2 := prometheus.NewRegistry()
+	New(Options{Groups: []Group{{0, time.Second}}, Clock: clock.RealClock{}, Log: slog.New(slog.DiscardHandler), Registry: reg2, State: store})
+	if again := gauges(t, reg2); again["kubelet_graceful_shutdown_start_time_seconds"] != startAt || again["kubelet_graceful_shutdown_end_time_seconds"] != endAt {
+		t.Errorf("after a restart: %v, want start %f end %f", again, startAt, endAt)
+	}
+}
+
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			out[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }
