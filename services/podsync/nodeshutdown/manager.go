@@ -310,14 +310,21 @@ func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
 // group's statuses could be lost with it. It is bounded by the group's budget, as the
 // kubelet's wait for the group's volumes is.
 func (m *Manager) wait(ctx context.Context, pods []*corev1.Pod, budget time.Duration) int {
+	began := m.o.Clock.Now()
 	deadline := m.o.Clock.NewTimer(budget)
 	defer deadline.Stop()
 	tick := m.o.Clock.NewTicker(m.o.Poll)
 	defer tick.Stop()
+	ended := make(map[types.UID]bool, len(pods))
 	for {
 		left := 0
 		for _, p := range pods {
-			if !m.o.Pods.Ended(p.UID) {
+			switch {
+			case ended[p.UID]:
+			case m.o.Pods.Ended(p.UID):
+				ended[p.UID] = true
+				m.o.Log.Info("graceful node shutdown: pod ended, its final status in the API", "pod", p.Namespace+"/"+p.Name, "after", m.o.Clock.Since(began).Round(time.Millisecond))
+			default:
 				left++
 			}
 		}
