@@ -125,6 +125,12 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, dropIn))
 		return true, ""
 	})
 	t.Logf("qemu exited %s after systemctl poweroff", qemuGone.Sub(poweroff).Round(100*time.Millisecond))
+	// podsync's account of the shutdown, from the guest's console (the services' output).
+	for _, line := range strings.Split(vmConsoleTail(node, 2000), "\n") {
+		if strings.Contains(line, "graceful node shutdown") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
 	if notReady == "" {
 		t.Errorf("the Node was never seen NotReady with \"node is shutting down\" between the poweroff and the guest's end")
 	} else {
@@ -158,7 +164,14 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, dropIn))
 			t.Errorf("%s/%s: no terminated container in %+v", p.Namespace, p.Name, st.ContainerStatuses)
 			continue
 		}
-		t.Logf("%s/%s: container finished %s after the poweroff", p.Namespace, p.Name, finished.Sub(poweroff.Truncate(time.Second)))
+		var written time.Time
+		for _, mf := range got.ManagedFields {
+			if mf.Subresource == "status" && mf.Time != nil && mf.Time.After(written) {
+				written = mf.Time.Time
+			}
+		}
+		t.Logf("%s/%s: container finished %s after the poweroff, status last written %s after it", p.Namespace, p.Name,
+			finished.Sub(poweroff.Truncate(time.Second)), written.Sub(poweroff.Truncate(time.Second)))
 		if p == crit {
 			critFinished = finished
 		} else if finished.After(lastOrdinary) {
