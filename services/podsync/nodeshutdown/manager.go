@@ -294,7 +294,7 @@ func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
 		}
 		left := m.wait(ctx, pods, g.Budget)
 		m.o.Log.Info("graceful node shutdown: priority group done", "priority", g.Priority, "budget", g.Budget,
-			"took", m.o.Clock.Since(start).Round(time.Millisecond), "pods", len(pods), "still running", left)
+			"took", m.o.Clock.Since(start).Round(time.Millisecond), "pods", len(pods), "not ended", left)
 		if ctx.Err() != nil {
 			return
 		}
