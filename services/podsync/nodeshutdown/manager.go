@@ -80,6 +80,9 @@ type Options struct {
 	// Retry is how long after a lost or failed connection to logind the manager tries
 	// again; 0: 1 s, growing to 30 s.
 	Retry time.Duration
+	// Sweep is how often, while the node shuts down, pods that became active since are
+	// looked for and ended; 0: 1 s.
+	Sweep time.Duration
 	// Changed, when set, is called whenever ShuttingDown changes.
 	Changed func()
 	// Registry gets the kubelet's kubelet_graceful_shutdown_{start,end}_time_seconds; nil:
@@ -95,6 +98,9 @@ type Manager struct {
 	o       Options
 	metrics *metrics
 
+	// stopped are the pods this shutdown has stopped (the manager's loop only).
+	stopped map[types.UID]bool
+
 	mu           sync.Mutex
 	shuttingDown bool
 	// delayShort is the last InhibitDelayMaxSec found shorter than the groups' total.
@@ -108,6 +114,9 @@ func New(o Options) *Manager {
 	}
 	if o.Retry == 0 {
 		o.Retry = time.Second
+	}
+	if o.Sweep == 0 {
+		o.Sweep = time.Second
 	}
 	m := &Manager{o: o, metrics: newMetrics(o.Registry)}
 	m.loadState()
@@ -201,10 +210,19 @@ func (m *Manager) follow(ctx context.Context) error {
 		return fmt.Errorf("take logind's delay inhibitor: %w", err)
 	}
 	m.o.Log.Info("graceful node shutdown: watching for logind's PrepareForShutdown", "inhibitor", lock != nil, "groups", fmt.Sprint(m.o.Groups))
+	sweep := m.o.Clock.NewTicker(m.o.Sweep)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-sweep.C():
+			// While the node shuts down, a pod that became active since is ended too: after
+			// a restart of podsync during the shutdown, the pods the runtime runs get their
+			// workers only as the pod sources deliver them, after the first round.
+			if m.ShuttingDown() {
+				m.endPods(ctx)
+			}
 		case begins, ok := <-signals:
 			if !ok {
 				return nil
@@ -218,6 +236,7 @@ func (m *Manager) follow(ctx context.Context) error {
 			m.o.Log.Info("graceful node shutdown: logind cancelled the shutdown")
 			m.o.Events.NodeEvent(corev1.EventTypeNormal, eventReason, eventCancelled)
 			m.setShuttingDown(false)
+			m.stopped = nil
 			if lock == nil {
 				if lock, err = l.Inhibit(); err != nil {
 					return fmt.Errorf("take logind's delay inhibitor again: %w", err)
@@ -280,14 +299,28 @@ func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
 		release(lock, m.o.Log)
 		m.o.Log.Info("graceful node shutdown: pods ended; the node may shut down", "took", m.o.Clock.Since(began).Round(time.Millisecond))
 	}()
-	groups := byGroup(m.o.Groups, m.o.Pods.ActivePods())
-	for i, pods := range groups {
+	m.endPods(ctx)
+}
+
+// endPods ends the active pods this shutdown has not stopped yet, group by group.
+func (m *Manager) endPods(ctx context.Context) {
+	var todo []*corev1.Pod
+	for _, p := range m.o.Pods.ActivePods() {
+		if !m.stopped[p.UID] {
+			todo = append(todo, p)
+		}
+	}
+	if m.stopped == nil {
+		m.stopped = map[types.UID]bool{}
+	}
+	for i, pods := range byGroup(m.o.Groups, todo) {
 		if len(pods) == 0 {
 			continue
 		}
 		g := m.o.Groups[i]
 		start := m.o.Clock.Now()
 		for _, p := range pods {
+			m.stopped[p.UID] = true
 			grace := podGrace(g, p)
 			m.o.Log.Info("graceful node shutdown: stopping pod", "pod", p.Namespace+"/"+p.Name, "priority", g.Priority, "grace", grace)
 			m.o.Pods.Shutdown(p.UID, grace, ReasonTerminated, MessageTerminated)

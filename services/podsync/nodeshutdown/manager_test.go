@@ -152,6 +152,13 @@ func (f *fakePods) Shutdown(uid types.UID, grace int64, reason, message string) 
 	return true
 }
 
+// add makes pod active, as a pod source delivering it after a restart does.
+func (f *fakePods) add(p *corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods = append(f.pods, p)
+}
+
 func (f *fakePods) calls() []stopCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -226,6 +233,7 @@ func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind, opt
 		Log:   slog.New(slog.NewTextHandler(r.log, nil)),
 		Poll:  5 * time.Millisecond,
 		Retry: 10 * time.Millisecond,
+		Sweep: 20 * time.Millisecond,
 	}
 	for _, f := range opts {
 		f(&o)
@@ -469,7 +477,8 @@ func TestShutdownCancelled(t *testing.T) {
 
 // TestRestartDuringShutdown: podsync restarted while the machine shuts down (logind's
 // PreparingForShutdown is true) takes no inhibitor, which logind would refuse anyway, and
-// ends the pods it has at once, refusing new ones.
+// ends the pods it has at once, refusing new ones; the pods it learns of later (the pod
+// sources deliver the running pods after the first round) are ended too, once each.
 func TestRestartDuringShutdown(t *testing.T) {
 	logind := newLogind(time.Hour)
 	logind.preparing = true
@@ -490,6 +499,15 @@ func TestRestartDuringShutdown(t *testing.T) {
 	}
 	if !strings.Contains(r.log.String(), "already shutting down") {
 		t.Errorf("log %q, want it to say the node is already shutting down", r.log.String())
+	}
+	pods.add(pod("late", nil, nil))
+	eventually(t, "the pod delivered later stopped", func() bool { return len(pods.calls()) == 3 })
+	if c := pods.calls(); c[2].uid != "late" || c[2].reason != ReasonTerminated {
+		t.Errorf("third stop %+v, want the late pod with the kubelet's reason", c[2])
+	}
+	time.Sleep(100 * time.Millisecond) // several sweeps
+	if n := len(pods.calls()); n != 3 {
+		t.Errorf("%d stops, want each pod stopped once", n)
 	}
 }
 
