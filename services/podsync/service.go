@@ -258,9 +258,11 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	}
 	node, view := s.node()
 	r := admission.Admit(p, node, active, s.maxPods, s.sysctls, s.runtime)
-	if s.shutdown != nil && r.Admit {
+	if s.shutdown != nil && r.Admit && !s.running(p.UID) {
 		// As the kubelet's shutdown manager, an admit handler after the others: while
-		// the node shuts down no new pod starts.
+		// the node shuts down no new pod starts. A pod the runtime already runs (podsync
+		// restarted during the shutdown) is admitted again, so that it gets a worker and
+		// the shutdown ends it; refused, it would keep running with a Failed status.
 		if ok, reason, message := s.shutdown(); !ok {
 			r = admission.Result{Reason: reason, Message: message}
 		}

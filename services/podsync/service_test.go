@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -240,6 +241,13 @@ type serviceFixture struct {
 // newServiceFixture is a service whose workers run on a fakeCRI; set changes its options.
 func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
 	t.Helper()
+	return newServiceFixtureOn(t, newFakeCRI(), maxPods, set...)
+}
+
+// newServiceFixtureOn is newServiceFixture on a given runtime (one an earlier service ran
+// pods on: a restarted podsync).
+func newServiceFixtureOn(t *testing.T, cri *fakeCRI, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	events := &eventLog{}
@@ -248,7 +256,6 @@ func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) 
 		f(&o)
 	}
 	s := NewService(o)
-	cri := newFakeCRI()
 	m := podworker.NewManager(podworker.Options{
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
@@ -638,5 +645,37 @@ func TestFinalStatusInAPI(t *testing.T) {
 	f.s.SetPods("api", nil)
 	if !f.s.FinalStatusInAPI(api.UID) {
 		t.Errorf("a pod gone from the API does not count as written")
+	}
+}
+
+// TestRunningPodReadmittedDuringShutdown: a podsync restarted during a node shutdown
+// admits again the pods the runtime runs (they get a worker, which the shutdown manager
+// ends) and refuses only new ones.
+func TestRunningPodReadmittedDuringShutdown(t *testing.T) {
+	first := newServiceFixture(t, 0)
+	running := newPod("running", 1)
+	first.s.SetPods("api", []*corev1.Pod{running})
+	waitListed(t, first.s, "running", func(l map[string]*podsyncv1.Pod) bool {
+		return l["running"] != nil && podStatus(t, l["running"]).Phase == corev1.PodRunning
+	})
+
+	// The restarted podsync: the same runtime, the node shutting down.
+	f := newServiceFixtureOn(t, first.cri, 0, func(o *ServiceOptions) {
+		o.Shutdown = func() (bool, string, string) {
+			return false, nodeshutdown.ReasonNotAdmitted, nodeshutdown.MessageNotAdmitted
+		}
+	})
+	r := relist.New(first.cri, time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil)
+	if err := r.Relist(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.s.Attach(f.m, r)
+	late := newPod("late", 2)
+	f.s.SetPods("api", []*corev1.Pod{running, late})
+	if !f.m.Known(running.UID) {
+		t.Errorf("the pod the runtime runs got no worker: the shutdown could not end it")
+	}
+	if st := podStatus(t, listed(f.s)["late"]); st.Reason != nodeshutdown.ReasonNotAdmitted || f.m.Known(late.UID) {
+		t.Errorf("the new pod: reason %q, worker %t; want refused with NodeShutdown", st.Reason, f.m.Known(late.UID))
 	}
 }
