@@ -83,8 +83,6 @@ type Options struct {
 	// Sweep is how often, while the node shuts down, pods that became active since are
 	// looked for and ended; 0: 1 s.
 	Sweep time.Duration
-	// Changed, when set, is called whenever ShuttingDown changes.
-	Changed func()
 	// Registry gets the kubelet's kubelet_graceful_shutdown_{start,end}_time_seconds; nil:
 	// none.
 	Registry prometheus.Registerer
@@ -145,12 +143,8 @@ func (m *Manager) Admit() (ok bool, reason, message string) {
 
 func (m *Manager) setShuttingDown(v bool) {
 	m.mu.Lock()
-	changed := m.shuttingDown != v
 	m.shuttingDown = v
 	m.mu.Unlock()
-	if changed && m.o.Changed != nil {
-		m.o.Changed()
-	}
 }
 
 // Run follows logind until ctx ends, connecting again whenever the connection is lost.
