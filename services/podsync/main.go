@@ -16,11 +16,13 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/containerlogs"
 	"github.com/unitlet/unitlet/services/podsync/mirrorpod"
+	"github.com/unitlet/unitlet/services/podsync/nodeshutdown"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/prober"
 	"github.com/unitlet/unitlet/services/podsync/pullcreds"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
@@ -111,11 +113,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return daemon.ConfigError(err)
 	}
+	// Graceful node shutdown (nodeshutdown/): only when the configuration gives it time.
+	var shutdown *nodeshutdown.Manager
+	var refuseWhileShuttingDown func() (bool, string, string)
+	if groups := nodeshutdown.Groups(kc); len(groups) > 0 {
+		// The last shutdown's times, for the kubelet's gauges after the reboot.
+		state, err := checkpoint.Open(filepath.Join(nc.Paths.GetRootDir(), "nodeshutdown"))
+		if err != nil {
+			return err
+		}
+		shutdown = nodeshutdown.New(nodeshutdown.Options{
+			Groups: groups, Dial: nodeshutdown.DialLogind, Events: events, Clock: clk,
+			Log: log.With("component", "nodeshutdown"), Registry: reg, State: state,
+		})
+		refuseWhileShuttingDown = shutdown.Admit
+	}
 	svc := NewService(ServiceOptions{
 		Log: log, Clock: clk, Registry: reg, Node: nodes.Get, MaxPods: int(kc.MaxPods), Sysctls: sysctls,
 		Runtime:       admissionRuntime(ctx, rt, log),
 		SourcesWanted: wantedSources(kc, client), Events: events,
 		EvictionSocket: bus.SocketPath(cfg.SocketDir, "eviction"), Eviction: evictionv1.NewEvictionServiceClient(eviction),
+		Shutdown: refuseWhileShuttingDown,
 	})
 	// The prober's metrics are apart from the rest, as the kubelet serves them on
 	// /metrics/probes and not on /metrics; unitlet-status gathers them over the bus.
@@ -167,6 +185,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Warn("the first relist failed: pods the runtime runs are admitted again as new ones", "err", err)
 	}
 	health := newRuntimeHealth(rt, relister)
+	if shutdown != nil {
+		health.shuttingDown = shutdown.ShuttingDown
+	}
 	images := newImageGC(ctx, kc, rt, clk, reg, log)
 	reclaimer := &diskReclaimer{rt: rt, pods: svc, images: images, logs: logs, log: log.With("component", "reclaim")}
 	podsyncv1.RegisterPodSyncServiceServer(d.Server(), NewServer(svc, health, &streamer{rt: rt, view: relister}, reclaimer))
@@ -201,6 +222,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Node: the node's own Node in the API, which admission judges pods against.
 	if client != nil {
 		d.Go("node", nodes.Run)
+	}
+	// Graceful node shutdown: logind's delay inhibitor held, and on PrepareForShutdown the
+	// pods ended by priority before it is let go.
+	if shutdown != nil {
+		shutdown.SetPods(shutdownPods{Manager: workers, svc: svc})
+		d.Go("node shutdown", shutdown.Run)
 	}
 	// Container logs: rotation by size, links in /var/log/containers.
 	d.Go("container logs", logs.Run)

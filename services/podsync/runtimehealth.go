@@ -36,6 +36,8 @@ type runtimeHealth struct {
 	last     *podsyncv1.RuntimeHealth
 	// lastAnswer is when the runtime last answered Status.
 	lastAnswer time.Time
+	// shuttingDown, when set, reports a graceful node shutdown under way.
+	shuttingDown func() bool
 }
 
 func (h *runtimeHealth) Run(ctx context.Context) error {
@@ -101,6 +103,7 @@ func (h *runtimeHealth) RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHea
 	}
 	out := clonePodHealth(last)
 	relistHealth(out, h.relister)
+	out.NodeShuttingDown = h.shuttingDown != nil && h.shuttingDown()
 	return out
 }
 

@@ -2,6 +2,7 @@ package podsync
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/unitlet/unitlet/services/podsync/relist"
 )
 
 // fakeStatuser is a runtime whose Status answers ready, or err when it is set.
@@ -71,5 +75,20 @@ func TestRuntimeDownOnlyAfterItFailedForThirtySeconds(t *testing.T) {
 	never.poll(ctx)
 	if msg := never.last.GetMessage(); !strings.HasPrefix(msg, "container runtime is down: ") {
 		t.Errorf("a runtime that never answered: %q, want container runtime is down", msg)
+	}
+}
+
+// TestRuntimeHealthReportsNodeShutdown: the health report carries a graceful node shutdown
+// under way, which unitlet-status turns into the Node's NotReady.
+func TestRuntimeHealthReportsNodeShutdown(t *testing.T) {
+	down := false
+	h := &runtimeHealth{rt: &fakeStatuser{}, now: time.Now, shuttingDown: func() bool { return down },
+		relister: relist.New(newFakeCRI(), time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil)}
+	if h.RuntimeHealth(context.Background()).GetNodeShuttingDown() {
+		t.Errorf("shutting down before the shutdown")
+	}
+	down = true
+	if !h.RuntimeHealth(context.Background()).GetNodeShuttingDown() {
+		t.Errorf("node_shutting_down not set during the shutdown")
 	}
 }

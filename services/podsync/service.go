@@ -66,6 +66,8 @@ type Service struct {
 	// eviction is unitlet-eviction's admission verdict, nil without it; events records,
 	// per pod, that it was admitted without that verdict.
 	eviction *evictionCheck
+	// shutdown is graceful node shutdown's admission check, nil when it is off.
+	shutdown func() (ok bool, reason, message string)
 	events   podworker.Recorder
 }
 
@@ -91,6 +93,9 @@ type ServiceOptions struct {
 	Eviction       EvictionAdmitter
 	// Events records pod events (AdmittedWithoutEvictionCheck); nil: none.
 	Events podworker.Recorder
+	// Shutdown refuses new pods while the node shuts down (nodeshutdown.Manager.Admit);
+	// nil: graceful node shutdown is off.
+	Shutdown func() (ok bool, reason, message string)
 }
 
 // NewService returns the service. Its workers and relister come with Attach, as they need
@@ -99,6 +104,7 @@ func NewService(o ServiceOptions) *Service {
 	s := &Service{
 		log: o.Log, clk: o.Clock, node: o.Node, maxPods: o.MaxPods, sysctls: o.Sysctls, runtime: o.Runtime, sourcesWanted: o.SourcesWanted,
 		events:        o.Events,
+		shutdown:      o.Shutdown,
 		staticChanged: make(chan struct{}, 1),
 		metrics:       newMetrics(o.Registry),
 		sources:       map[string][]*corev1.Pod{},
@@ -252,6 +258,15 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	}
 	node, view := s.node()
 	r := admission.Admit(p, node, active, s.maxPods, s.sysctls, s.runtime)
+	if s.shutdown != nil && r.Admit && !s.running(p.UID) {
+		// As the kubelet's shutdown manager, an admit handler after the others: while
+		// the node shuts down no new pod starts. A pod the runtime already runs (podsync
+		// restarted during the shutdown) is admitted again, so that it gets a worker and
+		// the shutdown ends it; refused, it would keep running with a Failed status.
+		if ok, reason, message := s.shutdown(); !ok {
+			r = admission.Result{Reason: reason, Message: message}
+		}
+	}
 	if r.Admit && s.eviction != nil && !s.running(p.UID) {
 		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
 		// are asked too: it is eviction that lets critical pods in. A pod the runtime
@@ -390,6 +405,30 @@ func (s *Service) Subscribe(after uint64) (*watch.Event[[]*podsyncv1.Pod], *watc
 		return &watch.Event[[]*podsyncv1.Pod]{Seq: seq, Snapshot: true, Value: s.snapshotLocked()}, s.hub.Subscribe(seq)
 	}
 	return nil, s.hub.Subscribe(after)
+}
+
+// FinalStatusInAPI reports whether a pod from the API server has a terminal phase there
+// (its final status was written), or is gone from it. Pods of other sources (static
+// pods) count as written: their mirror pods are not waited for.
+func (s *Service) FinalStatusInAPI(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.desired[uid]
+	if p == nil || s.sourceOf[uid] != podsource.SourceAPI {
+		return true
+	}
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+}
+
+// shutdownPods are the pods graceful node shutdown ends (nodeshutdown.Pods): a pod has
+// ended once its worker terminated it and its final status is in the API.
+type shutdownPods struct {
+	*podworker.Manager
+	svc *Service
+}
+
+func (p shutdownPods) Ended(uid types.UID) bool {
+	return p.Manager.Ended(uid) && p.svc.FinalStatusInAPI(uid)
 }
 
 // Kill evicts a pod (unitlet-eviction's KillPod), as the kubelet's eviction manager does:

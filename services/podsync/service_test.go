@@ -19,11 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/admission"
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
+	"github.com/unitlet/unitlet/services/podsync/nodeshutdown"
 	"github.com/unitlet/unitlet/services/podsync/podworker"
 	"github.com/unitlet/unitlet/services/podsync/relist"
 )
@@ -239,6 +241,13 @@ type serviceFixture struct {
 // newServiceFixture is a service whose workers run on a fakeCRI; set changes its options.
 func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
 	t.Helper()
+	return newServiceFixtureOn(t, newFakeCRI(), maxPods, set...)
+}
+
+// newServiceFixtureOn is newServiceFixture on a given runtime (one an earlier service ran
+// pods on: a restarted podsync).
+func newServiceFixtureOn(t *testing.T, cri *fakeCRI, maxPods int, set ...func(*ServiceOptions)) *serviceFixture {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	events := &eventLog{}
@@ -247,7 +256,6 @@ func newServiceFixture(t *testing.T, maxPods int, set ...func(*ServiceOptions)) 
 		f(&o)
 	}
 	s := NewService(o)
-	cri := newFakeCRI()
 	m := podworker.NewManager(podworker.Options{
 		Runtime: cri, View: cri,
 		CRI:    criconfig.Options{PodLogsDir: t.TempDir()},
@@ -571,5 +579,103 @@ func TestPodContentRemovableByTheKubeletsRule(t *testing.T) {
 		if got := removable(uid); got != want {
 			t.Errorf("pod %s's content removable: %v, want %v", uid, got, want)
 		}
+	}
+}
+
+// TestAdmissionRefusedWhileShuttingDown: while graceful node shutdown runs, a new pod is
+// rejected with the kubelet's NodeShutdown reason and message and never reaches the
+// runtime; pods admitted before keep running (the shutdown manager ends them).
+func TestAdmissionRefusedWhileShuttingDown(t *testing.T) {
+	f := newServiceFixture(t, 0)
+	var mu sync.Mutex
+	down := false
+	f.s.shutdown = func() (bool, string, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return false, nodeshutdown.ReasonNotAdmitted, nodeshutdown.MessageNotAdmitted
+		}
+		return true, "", ""
+	}
+	before := newPod("before", 1)
+	f.s.SetPods("api", []*corev1.Pod{before})
+	waitListed(t, f.s, "before running", func(l map[string]*podsyncv1.Pod) bool { return running(t, l["before"]) })
+
+	mu.Lock()
+	down = true
+	mu.Unlock()
+	late := newPod("late", 2)
+	f.s.SetPods("api", []*corev1.Pod{before, late})
+	p := listed(f.s)["late"]
+	if p == nil {
+		t.Fatalf("the refused pod is not listed")
+	}
+	st := podStatus(t, p)
+	if st.Phase != corev1.PodFailed || st.Reason != "NodeShutdown" || st.Message != "Pod was rejected: Pod was rejected as the node is shutting down." || !p.Terminated {
+		t.Errorf("refused pod: phase %s reason %q message %q terminated %v, want Failed, NodeShutdown and the kubelet's message", st.Phase, st.Reason, st.Message, p.Terminated)
+	}
+	if f.m.Known(late.UID) || slices.Contains(f.cri.podsOf(), "late") {
+		t.Errorf("the refused pod got a worker or reached the runtime")
+	}
+	if !running(t, listed(f.s)["before"]) {
+		t.Errorf("the pod admitted before the shutdown stopped running on admission")
+	}
+}
+
+// TestFinalStatusInAPI: graceful node shutdown counts an API pod as ended only once the API
+// server has its terminal phase (unitlet-status wrote it); a static pod does not wait.
+func TestFinalStatusInAPI(t *testing.T) {
+	f := newServiceFixture(t, 0)
+	api, static := newPod("api-pod", 1), newPod("static-pod", 2)
+	f.s.SetPods("api", []*corev1.Pod{api})
+	f.s.SetPods("file", []*corev1.Pod{static})
+	if f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("an API pod with no terminal phase in the API counts as written")
+	}
+	if !f.s.FinalStatusInAPI(static.UID) {
+		t.Errorf("a static pod waits for the API")
+	}
+	written := api.DeepCopy()
+	written.ResourceVersion = "2"
+	written.Status.Phase = corev1.PodFailed
+	f.s.SetPods("api", []*corev1.Pod{written})
+	if !f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("an API pod whose Failed phase is in the API does not count as written")
+	}
+	f.s.SetPods("api", nil)
+	if !f.s.FinalStatusInAPI(api.UID) {
+		t.Errorf("a pod gone from the API does not count as written")
+	}
+}
+
+// TestRunningPodReadmittedDuringShutdown: a podsync restarted during a node shutdown
+// admits again the pods the runtime runs (they get a worker, which the shutdown manager
+// ends) and refuses only new ones.
+func TestRunningPodReadmittedDuringShutdown(t *testing.T) {
+	first := newServiceFixture(t, 0)
+	running := newPod("running", 1)
+	first.s.SetPods("api", []*corev1.Pod{running})
+	waitListed(t, first.s, "running", func(l map[string]*podsyncv1.Pod) bool {
+		return l["running"] != nil && podStatus(t, l["running"]).Phase == corev1.PodRunning
+	})
+
+	// The restarted podsync: the same runtime, the node shutting down.
+	f := newServiceFixtureOn(t, first.cri, 0, func(o *ServiceOptions) {
+		o.Shutdown = func() (bool, string, string) {
+			return false, nodeshutdown.ReasonNotAdmitted, nodeshutdown.MessageNotAdmitted
+		}
+	})
+	r := relist.New(first.cri, time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil)
+	if err := r.Relist(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.s.Attach(f.m, r)
+	late := newPod("late", 2)
+	f.s.SetPods("api", []*corev1.Pod{running, late})
+	if !f.m.Known(running.UID) {
+		t.Errorf("the pod the runtime runs got no worker: the shutdown could not end it")
+	}
+	if st := podStatus(t, listed(f.s)["late"]); st.Reason != nodeshutdown.ReasonNotAdmitted || f.m.Known(late.UID) {
+		t.Errorf("the new pod: reason %q, worker %t; want refused with NodeShutdown", st.Reason, f.m.Known(late.UID))
 	}
 }

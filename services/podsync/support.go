@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -37,14 +38,17 @@ func (o apiObjects) Secret(ctx context.Context, ns, name string) (*corev1.Secret
 
 // recorder records pod events in the API (when there is one) and in the log.
 type recorder struct {
-	rec record.EventRecorder
-	log *slog.Logger
+	rec  record.EventRecorder
+	log  *slog.Logger
+	node *corev1.ObjectReference
 }
 
 // newRecorder records through the API when rc is set (nil: standalone), limited by the
 // configuration's eventRecordQPS and eventBurst.
 func newRecorder(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, log *slog.Logger) (*recorder, error) {
-	r := &recorder{log: log.With("component", "events")}
+	// The Node as the kubelet refers to it in its events: its name as UID too.
+	node := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
+	r := &recorder{log: log.With("component", "events"), node: node}
 	if rc != nil {
 		rec, err := kube.EventRecorder(rc, kc, nodeName)
 		if err != nil {
@@ -60,6 +64,14 @@ func (r *recorder) Event(pod *corev1.Pod, eventType, reason, message string) {
 	r.log.Debug("pod event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
 	if r.rec != nil && pod.Name != "" {
 		r.rec.Event(pod, eventType, reason, message)
+	}
+}
+
+// NodeEvent records an event about the node.
+func (r *recorder) NodeEvent(eventType, reason, message string) {
+	r.log.Debug("node event", "type", eventType, "reason", reason, "message", message)
+	if r.rec != nil {
+		r.rec.Event(r.node, eventType, reason, message)
 	}
 }
 

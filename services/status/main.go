@@ -119,6 +119,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		d.Go("pod statuses", podStatus.Run)
 		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
 		d.Go("pressure conditions", p.pressure.Run)
+		// Node shutdown: podsync's graceful node shutdown wakes the status loop when it
+		// begins, so the Node turns not ready at once.
+		if kc := nc.KubeletConfiguration; kc.ShutdownGracePeriod.Duration > 0 || len(kc.ShutdownGracePeriodByPodPriority) > 0 {
+			w := &shutdownWatch{health: p.podsync, clk: p.clk, wake: p.pressure.wake}
+			d.Go("node shutdown", w.Run)
+		}
 	}
 	summary, err := p.summary()
 	if err != nil {

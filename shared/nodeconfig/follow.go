@@ -44,12 +44,13 @@ var Uses = map[string][]string{
 		"seccompDefault", "allowedUnsafeSysctls", "registryPullQPS", "registryBurst", "serializeImagePulls", "maxParallelImagePulls", "featureGates",
 		"containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval",
 		"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
+		"shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
 	}),
 	"status": join(apiClientFields, eventFields, criFields, nodeFields, []string{
 		"address", "port", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "serverTLSBootstrap",
 		"authentication", "authorization", "streamingConnectionIdleTimeout", "nodeStatusUpdateFrequency", "nodeStatusReportFrequency",
 		"nodeLeaseDurationSeconds", "nodeStatusMaxImages", "registerNode", "registerWithTaints", "enableDebuggingHandlers", "healthzPort", "healthzBindAddress",
-		"enableSystemLogHandler", "enableSystemLogQuery",
+		"enableSystemLogHandler", "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodByPodPriority",
 	}),
 	"volumes": join(apiClientFields, eventFields, criFields, []string{"syncFrequency"}),
 	"eviction": join(criFields, nodeFields, []string{

@@ -96,6 +96,9 @@ var appliedBy = map[string]string{
 	"failSwapOn":                             "config: refused to start with swap on",
 	"failCgroupV1":                           "config: refused to start on cgroup v1",
 	"singleProcessOOMKill":                   "podsync: memory.oom.group on cgroup v2",
+	"shutdownGracePeriod":                    "podsync (graceful node shutdown), status (the Node not ready at once)",
+	"shutdownGracePeriodCriticalPods":        "podsync (graceful node shutdown)",
+	"shutdownGracePeriodByPodPriority":       "podsync (graceful node shutdown), status (the Node not ready at once)",
 	"enableDebuggingHandlers":                "status: exec, attach, port forwarding, run and container logs on the node API",
 	"enableSystemLogHandler":                 "status: /logs/ on the node API, the files under /var/log (with enableDebuggingHandlers)",
 	"enableSystemLogQuery":                   "status: the node log query on /logs/, the journal of the node's services (journalctl)",
@@ -145,9 +148,6 @@ var notSupported = map[string]unsupported{
 	"configMapAndSecretChangeDetectionStrategy": {why: "unitlet-volumes reads the configMaps and secrets its pods use at each pod start and again every syncFrequency (the kubelet's Get strategy), whatever the field says"},
 	"showHiddenMetricsForVersion":               {why: "unitlet has no hidden metrics"},
 	"logging":                                   {why: "each service logs text to the journal; set UNITLET_LOG_LEVEL in its unit to change the level"},
-	"shutdownGracePeriod":                       {why: "graceful node shutdown is not implemented yet: pods are not stopped before the machine shuts down"},
-	"shutdownGracePeriodCriticalPods":           {why: "graceful node shutdown is not implemented yet"},
-	"shutdownGracePeriodByPodPriority":          {why: "graceful node shutdown is not implemented yet"},
 	"crashLoopBackOff":                          {why: "the crash loop back-off is the kubelet's default (10s doubling to 5m)"},
 	"memoryThrottlingFactor":                    {why: "unitlet does not set memory.high (the kubelet's alpha MemoryQoS)"},
 	"memoryReservationPolicy":                   {why: "unitlet does not set memory.min (the kubelet's alpha MemoryQoS)"},
@@ -183,8 +183,8 @@ func Irrelevant(c *v1beta1.KubeletConfiguration) []string {
 var gatesFollowed = []string{
 	gateCustomCPUCFSQuotaPeriod,                // off: cpuCFSQuotaPeriod stays 100ms, as unitlet's
 	gateRotateKubeletServerCertificate,         // off: serverTLSBootstrap is refused
-	gateGracefulNodeShutdown,                   // off: no shutdown handling, as unitlet's
-	gateGracefulNodeShutdownBasedOnPodPriority, // likewise
+	gateGracefulNodeShutdown,                   // validation follows it: off refuses the shutdown periods
+	gateGracefulNodeShutdownBasedOnPodPriority, // likewise for shutdownGracePeriodByPodPriority
 	gateKubeletCrashLoopBackOffMax,             // off: crashLoopBackOff is refused
 	gateKubeletEnsureSecretPulledImages,        // podsync follows it
 	gateHostnameOverride,                       // podsync follows it

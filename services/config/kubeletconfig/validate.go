@@ -433,6 +433,19 @@ func validateShutdown(c *v1beta1.KubeletConfiguration, gates gateSet) field.Erro
 		} else if period > 0 || critical > 0 {
 			errs = append(errs, field.Forbidden(path("shutdownGracePeriodByPodPriority"), "may not be set together with shutdownGracePeriod or shutdownGracePeriodCriticalPods"))
 		}
+		// Stricter than the kubelet, which takes a negative budget (and waits for nothing)
+		// and a priority given twice (and keeps one of the two groups empty).
+		seen := map[int32]bool{}
+		for i, p := range c.ShutdownGracePeriodByPodPriority {
+			at := path("shutdownGracePeriodByPodPriority").Index(i)
+			if p.ShutdownGracePeriodSeconds < 0 {
+				errs = append(errs, field.Invalid(at.Child("shutdownGracePeriodSeconds"), p.ShutdownGracePeriodSeconds, "must not be negative"))
+			}
+			if seen[p.Priority] {
+				errs = append(errs, field.Duplicate(at.Child("priority"), p.Priority))
+			}
+			seen[p.Priority] = true
+		}
 	}
 	return errs
 }

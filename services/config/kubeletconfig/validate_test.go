@@ -71,6 +71,12 @@ func TestValidateRejects(t *testing.T) {
 			c.ShutdownGracePeriod = dur("10s")
 			c.ShutdownGracePeriodByPodPriority = []v1beta1.ShutdownGracePeriodByPodPriority{{Priority: 1, ShutdownGracePeriodSeconds: 5}}
 		}, "shutdownGracePeriodByPodPriority"},
+		{"negative budget of a priority group", func(c *kc) {
+			c.ShutdownGracePeriodByPodPriority = []v1beta1.ShutdownGracePeriodByPodPriority{{Priority: 1, ShutdownGracePeriodSeconds: -5}}
+		}, "shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds"},
+		{"a priority group given twice", func(c *kc) {
+			c.ShutdownGracePeriodByPodPriority = []v1beta1.ShutdownGracePeriodByPodPriority{{Priority: 1, ShutdownGracePeriodSeconds: 5}, {Priority: 1, ShutdownGracePeriodSeconds: 6}}
+		}, "shutdownGracePeriodByPodPriority[1].priority"},
 
 		{"port 0", func(c *kc) { c.Port = 0 }, "port"},
 		{"port too big", func(c *kc) { c.Port = 70000 }, "port"},
@@ -263,6 +269,9 @@ func TestValidateAccepts(t *testing.T) {
 		}},
 		{"enforce none", func(c *kc) { c.EnforceNodeAllocatable, c.CgroupsPerQOS = []string{"none"}, ptr.To(false) }},
 		{"graceful shutdown", func(c *kc) { c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods = dur("30s"), dur("10s") }},
+		{"graceful shutdown by priority", func(c *kc) {
+			c.ShutdownGracePeriodByPodPriority = []v1beta1.ShutdownGracePeriodByPodPriority{{Priority: 100000, ShutdownGracePeriodSeconds: 10}, {Priority: 0, ShutdownGracePeriodSeconds: 20}}
+		}},
 		{"parallel pulls", func(c *kc) { c.SerializeImagePulls, c.MaxParallelImagePulls = ptr.To(false), ptr.To[int32](5) }},
 		{"image max age", func(c *kc) { c.ImageMaximumGCAge = dur("24h") }},
 		{"allowlist", func(c *kc) {

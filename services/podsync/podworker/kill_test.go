@@ -42,12 +42,7 @@ func TestEvictIsTheKubeletsEviction(t *testing.T) {
 			if st.Phase != corev1.PodFailed || st.Reason != "Evicted" || st.Message != msg {
 				t.Errorf("phase %s reason %q message %q, want Failed Evicted %q", st.Phase, st.Reason, st.Message, msg)
 			}
-			var dt *corev1.PodCondition
-			for i := range st.Conditions {
-				if st.Conditions[i].Type == corev1.DisruptionTarget {
-					dt = &st.Conditions[i]
-				}
-			}
+			dt := disruptionTarget(st)
 			if dt == nil || dt.Status != corev1.ConditionTrue || dt.Reason != corev1.PodReasonTerminationByKubelet || dt.Message != msg ||
 				dt.ObservedGeneration != 3 || dt.LastTransitionTime.IsZero() {
 				t.Errorf("DisruptionTarget condition %+v, want True, TerminationByKubelet, the message, generation 3, a transition time", dt)
@@ -68,31 +63,48 @@ func TestEvictIsTheKubeletsEviction(t *testing.T) {
 	}
 }
 
-// TestEvictAfterTheEnd: a pod that has already finished keeps its status: no eviction
-// event, no Failed phase.
-func TestEvictAfterTheEnd(t *testing.T) {
-	cri := newMemCRI("busybox:1")
-	h := newHarness(t, cri)
-	pod := syncPod(corev1.RestartPolicyNever, nil, "app")
-	h.m.Update(pod, "api")
-	h.ev.waitFor(t, "running", func(o Observed) bool { return isRunning(o, "app") })
-	cri.exit(t, "app", 0)
-	h.m.Trigger(pod.UID)
-	h.ev.waitFor(t, "succeeded", func(o Observed) bool { return o.Terminated && o.Status.Phase == corev1.PodSucceeded })
+// TestKillAfterTheEnd: a pod that has already finished keeps its status when it is
+// evicted (no eviction event, no Failed phase) or stopped for a node shutdown.
+func TestKillAfterTheEnd(t *testing.T) {
+	for name, kill := range map[string]func(*Manager, *corev1.Pod){
+		"evicted":  func(m *Manager, p *corev1.Pod) { m.Evict(p.UID, ptr.To[int64](0), "Evicted", "too late") },
+		"shutdown": func(m *Manager, p *corev1.Pod) { m.Shutdown(p.UID, 7, "Terminated", "too late") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(corev1.RestartPolicyNever, nil, "app")
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "running", func(o Observed) bool { return isRunning(o, "app") })
+			cri.exit(t, "app", 0)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "succeeded", func(o Observed) bool { return o.Terminated && o.Status.Phase == corev1.PodSucceeded })
 
-	h.m.Evict(pod.UID, ptr.To[int64](0), "Evicted", "too late")
-	// A new version of the pod (a label changed) makes the worker sync and report again.
-	next := pod.DeepCopy()
-	next.ResourceVersion = "2"
-	next.Labels = map[string]string{"version": "2"}
-	h.m.Update(next, "api")
-	o := h.ev.waitFor(t, "the new version", func(o Observed) bool { return o.Pod.ResourceVersion == "2" })
-	if o.Status.Phase != corev1.PodSucceeded || o.Status.Reason != "" {
-		t.Errorf("phase %s reason %q, want Succeeded kept", o.Status.Phase, o.Status.Reason)
+			kill(h.m, pod)
+			// A new version of the pod (a label changed) makes the worker sync and report again.
+			next := pod.DeepCopy()
+			next.ResourceVersion = "2"
+			next.Labels = map[string]string{"version": "2"}
+			h.m.Update(next, "api")
+			o := h.ev.waitFor(t, "the new version", func(o Observed) bool { return o.Pod.ResourceVersion == "2" })
+			if o.Status.Phase != corev1.PodSucceeded || o.Status.Reason != "" {
+				t.Errorf("phase %s reason %q, want Succeeded kept", o.Status.Phase, o.Status.Reason)
+			}
+			if h.ev.hasEvent("Evicted") {
+				t.Errorf("an eviction event for a pod that had finished")
+			}
+		})
 	}
-	if h.ev.hasEvent("Evicted") {
-		t.Errorf("an eviction event for a pod that had finished")
+}
+
+// disruptionTarget is the pod's DisruptionTarget condition, nil without one.
+func disruptionTarget(st corev1.PodStatus) *corev1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == corev1.DisruptionTarget {
+			return &st.Conditions[i]
+		}
 	}
+	return nil
 }
 
 // TestFinalStatusOutlivesTheContainers: once a pod has terminated, removing its dead

@@ -47,6 +47,9 @@ type worker struct {
 	cgroupFor *corev1.Pod
 	// disruption is the DisruptionTarget condition of an evicted pod, nil otherwise.
 	disruption *corev1.PodCondition
+	// keepSucceeded: a pod killed with a reason keeps the phase Succeeded when every
+	// container succeeded (a node shutdown's kill; an eviction's is Failed whatever).
+	keepSucceeded bool
 	// final is the status the pod ended with: once terminated, a pod's status no longer
 	// follows the runtime (whose dead containers garbage collection may remove), as the
 	// kubelet never changes a terminal pod's status.
@@ -136,20 +139,36 @@ func (w *worker) terminate(grace *int64, reason, message string, unwanted bool) 
 // then the pod ends Failed with them and the DisruptionTarget condition. A pod that has
 // already terminated keeps its final status and gets no event.
 func (w *worker) evict(grace *int64, reason, message string) {
+	if pod, ok := w.disrupt(message, false); ok {
+		w.event(pod, corev1.EventTypeWarning, reason, message)
+		w.terminate(grace, reason, message, false)
+	}
+}
+
+// shutdown terminates the pod for a node shutdown, as the kubelet's shutdown manager does:
+// no event; the pod ends Failed (Succeeded when every container succeeded) with reason and
+// message and the DisruptionTarget condition. A pod that has already terminated keeps its
+// final status.
+func (w *worker) shutdown(grace int64, reason, message string) {
+	if _, ok := w.disrupt(message, true); ok {
+		w.terminate(&grace, reason, message, false)
+	}
+}
+
+// disrupt gives a pod the kubelet's DisruptionTarget condition (TerminationByKubelet, the
+// message) before it is killed, unless it has terminated already (false).
+func (w *worker) disrupt(message string, keepSucceeded bool) (*corev1.Pod, bool) {
 	w.mu.Lock()
-	pod, done := w.pod, w.terminated
-	if !done {
-		w.disruption = &corev1.PodCondition{
-			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: pod.Generation,
-			Reason: corev1.PodReasonTerminationByKubelet, Message: message,
-		}
+	defer w.mu.Unlock()
+	if w.terminated {
+		return nil, false
 	}
-	w.mu.Unlock()
-	if done {
-		return
+	w.disruption = &corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: w.pod.Generation,
+		Reason: corev1.PodReasonTerminationByKubelet, Message: message,
 	}
-	w.event(pod, corev1.EventTypeWarning, reason, message)
-	w.terminate(grace, reason, message, false)
+	w.keepSucceeded = keepSucceeded
+	return w.pod, true
 }
 
 func (w *worker) restart(name, containerID string, reason KillReason) {

@@ -84,7 +84,10 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 
 	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses, initDone)
 	if st.killReason != "" {
-		out.Phase, out.Reason, out.Message = corev1.PodFailed, st.killReason, st.killMsg
+		out.Reason, out.Message = st.killReason, st.killMsg
+		if !st.keepSucceeded || out.Phase != corev1.PodSucceeded {
+			out.Phase = corev1.PodFailed
+		}
 	}
 	if st.terminating && out.Phase == corev1.PodRunning && rp.ReadySandbox() == nil && !anyRunning(rp) {
 		// Stopped for good with containers that would have restarted: the kubelet's final

@@ -29,6 +29,7 @@ type state struct {
 	terminating, unwanted bool
 	grace                 *int64
 	killReason, killMsg   string
+	keepSucceeded         bool
 	disruption            *corev1.PodCondition
 	restarts              map[string]restartRequest
 }
@@ -36,7 +37,7 @@ type state struct {
 func (w *worker) snapshot() state {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, disruption: w.disruption, restarts: map[string]restartRequest{}}
+	st := state{pod: w.pod, terminating: w.terminating, unwanted: w.unwanted, grace: w.grace, killReason: w.killReason, killMsg: w.killMessage, keepSucceeded: w.keepSucceeded, disruption: w.disruption, restarts: map[string]restartRequest{}}
 	for k, v := range w.restarts {
 		st.restarts[k] = v
 	}

@@ -268,6 +268,51 @@ func (m *Manager) Evict(uid types.UID, grace *int64, reason, message string) boo
 	return true
 }
 
+// Shutdown stops a pod for a node shutdown, as the kubelet's shutdown manager does: no
+// event; the pod is stopped within grace seconds (or its own grace period when shorter)
+// and ends Failed, or Succeeded when every container succeeded, with reason and message
+// and the condition DisruptionTarget=True (reason TerminationByKubelet, the message). A
+// pod that has already terminated keeps its final status. It returns false when the pod
+// has no worker.
+func (m *Manager) Shutdown(uid types.UID, grace int64, reason, message string) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.shutdown(grace, reason, message)
+	return true
+}
+
+// Ended reports whether a pod has no worker or its worker has terminated it.
+func (m *Manager) Ended(uid types.UID) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	return w == nil || w.isTerminated()
+}
+
+// ActivePods is the pods whose worker runs them (known and not terminated), as the
+// worker last had them.
+func (m *Manager) ActivePods() []*corev1.Pod {
+	m.mu.Lock()
+	ws := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	var out []*corev1.Pod
+	for _, w := range ws {
+		w.mu.Lock()
+		if !w.terminated {
+			out = append(out, w.pod)
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
 // Trigger asks the workers of the given pods to sync soon (their runtime state changed).
 func (m *Manager) Trigger(uids ...types.UID) {
 	m.mu.Lock()

@@ -2,6 +2,7 @@ package nodestatus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,6 +20,8 @@ const (
 	reasonReady    = "KubeletReady"
 	reasonNotReady = "KubeletNotReady"
 	messageReady   = "kubelet is posting ready status"
+	// messageShuttingDown is the kubelet's shutdown manager's part of the NotReady message.
+	messageShuttingDown = "node is shutting down"
 )
 
 // relistThreshold is the kubelet's PLEG relist threshold, named in the message when podsync
@@ -130,6 +133,11 @@ func runtimeErrors(h *podsyncv1.RuntimeHealth, now time.Time) []error {
 		} else {
 			errs = append(errs, fmt.Errorf("container runtime network not ready"))
 		}
+	}
+	// A graceful node shutdown under way (podsync's, on logind's PrepareForShutdown), last,
+	// as the kubelet lists its shutdown manager's error after the runtime's and network's.
+	if h.GetNodeShuttingDown() {
+		errs = append(errs, errors.New(messageShuttingDown))
 	}
 	return errs
 }

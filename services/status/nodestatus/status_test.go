@@ -74,6 +74,14 @@ func TestReadyReasons(t *testing.T) {
 		services: errors.New("unitlet-config unreachable: connection refused"),
 		want:     []string{"unitlet-config unreachable: connection refused"},
 	}, {
+		name:   "node shutting down",
+		health: &podsyncv1.RuntimeHealth{RuntimeReady: true, NetworkReady: true, RelistHealthy: true, NodeShuttingDown: true},
+		want:   []string{"node is shutting down"},
+	}, {
+		name:   "network not ready and node shutting down, the kubelet's order",
+		health: &podsyncv1.RuntimeHealth{RuntimeReady: true, RelistHealthy: true, NodeShuttingDown: true},
+		want:   []string{"[container runtime network not ready, node is shutting down]"},
+	}, {
 		name:     "runtime and service together",
 		health:   &podsyncv1.RuntimeHealth{RuntimeReady: true, RelistHealthy: true},
 		services: errors.New("unitlet-config unreachable: connection refused"),

@@ -939,8 +939,11 @@ type RuntimeHealth struct {
 	// The runtime's name and version, e.g. "containerd" and "1.6.20~ds1".
 	RuntimeName    string `protobuf:"bytes,6,opt,name=runtime_name,json=runtimeName,proto3" json:"runtime_name,omitempty"`
 	RuntimeVersion string `protobuf:"bytes,7,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The node is shutting down: logind announced PrepareForShutdown and podsync is ending
+	// the pods (graceful node shutdown). The Node is then not ready, as the kubelet's is.
+	NodeShuttingDown bool `protobuf:"varint,8,opt,name=node_shutting_down,json=nodeShuttingDown,proto3" json:"node_shutting_down,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RuntimeHealth) Reset() {
@@ -1020,6 +1023,13 @@ func (x *RuntimeHealth) GetRuntimeVersion() string {
 		return x.RuntimeVersion
 	}
 	return ""
+}
+
+func (x *RuntimeHealth) GetNodeShuttingDown() bool {
+	if x != nil {
+		return x.NodeShuttingDown
+	}
+	return false
 }
 
 type GetStreamingURLRequest struct {
@@ -1242,7 +1252,7 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x0fKillPodResponse\"\x19\n" +
 	"\x17GetRuntimeHealthRequest\"U\n" +
 	"\x18GetRuntimeHealthResponse\x129\n" +
-	"\x06health\x18\x01 \x01(\v2!.unitlet.podsync.v1.RuntimeHealthR\x06health\"\xac\x02\n" +
+	"\x06health\x18\x01 \x01(\v2!.unitlet.podsync.v1.RuntimeHealthR\x06health\"\xda\x02\n" +
 	"\rRuntimeHealth\x12#\n" +
 	"\rruntime_ready\x18\x01 \x01(\bR\fruntimeReady\x12#\n" +
 	"\rnetwork_ready\x18\x02 \x01(\bR\fnetworkReady\x12%\n" +
@@ -1250,7 +1260,8 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12D\n" +
 	"\x10last_relist_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastRelistTime\x12!\n" +
 	"\fruntime_name\x18\x06 \x01(\tR\vruntimeName\x12'\n" +
-	"\x0fruntime_version\x18\a \x01(\tR\x0eruntimeVersion\"\x8b\x02\n" +
+	"\x0fruntime_version\x18\a \x01(\tR\x0eruntimeVersion\x12,\n" +
+	"\x12node_shutting_down\x18\b \x01(\bR\x10nodeShuttingDown\"\x8b\x02\n" +
 	"\x16GetStreamingURLRequest\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
 	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x122\n" +
