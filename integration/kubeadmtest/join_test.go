@@ -244,30 +244,7 @@ nodeRegistration:
 
 	// systemctl restart kubelet restarts unitlet-config alone; the node stays Ready, the
 	// pod's container is not restarted.
-	before := mainPIDs(t, node)
-	stack.InNode(t, node, "systemctl", "restart", "kubelet")
-	stack.WaitFor(t, time.Minute, "unitlet-config active again with a new process after systemctl restart kubelet", func(context.Context) (bool, string) {
-		now := mainPIDs(t, node)
-		st := activeState(t, node, "unitlet-config.service")
-		return st == "active" && now["config"] != "0" && now["config"] != before["config"], fmt.Sprintf("%s, main PIDs %v (before %v)", st, now, before)
-	})
-	after := mainPIDs(t, node)
-	for _, svc := range services {
-		if svc != "config" && after[svc] != before[svc] {
-			t.Errorf("systemctl restart kubelet changed unitlet-%s's main PID %s → %s: only unitlet-config must restart", svc, before[svc], after[svc])
-		}
-	}
-	// Ready throughout the next 20 s (the node's status and lease keep being written
-	// through the new unitlet-config).
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ready(n) {
-			t.Fatalf("node %s not Ready after systemctl restart kubelet: %v\n%s", node, n.Status.Conditions, journal(node))
-		}
-	}
+	restartKubelet(t, node, client)
 	p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -301,6 +278,36 @@ nodeRegistration:
 	}
 	if left := runtimeContainers(t); left != "" {
 		t.Errorf("containers left in the runtime after kubeadm reset:\n%s", left)
+	}
+}
+
+// restartKubelet runs `systemctl restart kubelet` in node, as kubeadm and administrators
+// do: unitlet-config alone restarts (a new main PID, active again), every other service
+// keeps its process, and the node stays Ready in client's cluster for the next 20 s (its
+// status and lease keep being written through the new unitlet-config).
+func restartKubelet(t *testing.T, node string, client kubernetes.Interface) {
+	t.Helper()
+	before := mainPIDs(t, node)
+	stack.InNode(t, node, "systemctl", "restart", "kubelet")
+	stack.WaitFor(t, time.Minute, "unitlet-config active again with a new process after systemctl restart kubelet", func(context.Context) (bool, string) {
+		now := mainPIDs(t, node)
+		st := activeState(t, node, "unitlet-config.service")
+		return st == "active" && now["config"] != "0" && now["config"] != before["config"], fmt.Sprintf("%s, main PIDs %v (before %v)", st, now, before)
+	})
+	after := mainPIDs(t, node)
+	for _, svc := range services {
+		if svc != "config" && after[svc] != before[svc] {
+			t.Errorf("systemctl restart kubelet changed unitlet-%s's main PID %s → %s: only unitlet-config must restart", svc, before[svc], after[svc])
+		}
+	}
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the API server after systemctl restart kubelet: %v", err)
+		}
+		if !ready(n) {
+			t.Fatalf("node %s not Ready after systemctl restart kubelet: %v\n%s", node, n.Status.Conditions, journal(node))
+		}
 	}
 }
 

@@ -257,27 +257,7 @@ kind: KubeletConfiguration
 
 	// systemctl restart kubelet: unitlet-config alone restarts; the control plane's
 	// containers stay.
-	pids := mainPIDs(t, node)
-	stack.InNode(t, node, "systemctl", "restart", "kubelet")
-	stack.WaitFor(t, time.Minute, "unitlet-config active again with a new process after systemctl restart kubelet", func(context.Context) (bool, string) {
-		now := mainPIDs(t, node)
-		st := activeState(t, node, "unitlet-config.service")
-		return st == "active" && now["config"] != "0" && now["config"] != pids["config"], fmt.Sprintf("%s, main PIDs %v (before %v)", st, now, pids)
-	})
-	for svc, pid := range mainPIDs(t, node) {
-		if svc != "config" && pid != pids[svc] {
-			t.Errorf("systemctl restart kubelet changed unitlet-%s's main PID %s → %s", svc, pids[svc], pid)
-		}
-	}
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the new API server after systemctl restart kubelet: %v", err)
-		}
-		if !ready(n) {
-			t.Fatalf("node %s not Ready after systemctl restart kubelet: %v\n%s", node, n.Status.Conditions, journal(node))
-		}
-	}
+	restartKubelet(t, node, client)
 	after, state := mirrors(ctx)
 	for _, c := range controlPlaneComponents {
 		b, a := before[c], after[c]
