@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -311,5 +312,41 @@ func TestNodeOutlivesItsShortLivedCertificates(t *testing.T) {
 				t.Errorf("401 at %s for %s (%s %+v)", ev.StageTimestamp.Format(time.RFC3339), ev.UserAgent, ev.Verb, ev.ObjectRef)
 			}
 		}
+	}
+}
+
+// TestVolumesTokenIsRefreshed waits for a projected service-account token to be refreshed:
+// 600 s is the shortest lifetime the API server grants, refreshed at 80% (480 s) by the
+// next reconcile (syncFrequency, 1 minute), so about 9 minutes. Like
+// TestNodeOutlivesItsShortLivedCertificates it starts its pod early (this file sorts
+// first) and waits in parallel, while the other tests run; its pod tolerates the taints
+// they set.
+func TestVolumesTokenIsRefreshed(t *testing.T) {
+	waitNodeReady(t, 90*time.Second)
+	p := busyboxPod("vol-token", "while true; do sleep 1; done")
+	p.Spec.Volumes = []corev1.Volume{{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "unitlet-refresh", ExpirationSeconds: ptr.To[int64](600), Path: "token"}},
+	}}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tok", MountPath: "/tok"}}
+	p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	createPod(t, p)
+	apiPodRunningReady(t, "vol-token", time.Minute)
+	first := mustInPod(t, "vol-token", "cat", "/tok/token")
+	start := time.Now()
+	t.Parallel()
+	var second string
+	stack.WaitFor(t, 11*time.Minute, "the token refreshed in the running container", func(ctx context.Context) (bool, string) {
+		out, err := inPod(t, "vol-token", "cat", "/tok/token")
+		second = out
+		if err != nil || out == "" || out == first {
+			time.Sleep(5 * time.Second) // minutes to go: no need to exec five times a second
+			return false, fmt.Sprintf("same token after %s (%v)", time.Since(start).Round(time.Second), err)
+		}
+		return true, ""
+	})
+	t.Logf("the token was refreshed %s after the pod started (lifetime 600 s)", time.Since(start).Round(time.Second))
+	review, err := admin(t).AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: second, Audiences: []string{"unitlet-refresh"}}}, metav1.CreateOptions{})
+	if err != nil || !review.Status.Authenticated {
+		t.Errorf("TokenReview of the refreshed token: %+v %v", review.Status, err)
 	}
 }

@@ -364,34 +364,3 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 		return len(m) == 0, fmt.Sprintf("%d pods still have mounts", len(m))
 	})
 }
-
-// TestVolumesTokenIsRefreshed waits for a projected service-account token to be refreshed:
-// 600 s is the shortest lifetime the API server grants, refreshed at 80% (480 s) by the
-// next reconcile (syncFrequency, 1 minute), so this test takes about 9 minutes.
-func TestVolumesTokenIsRefreshed(t *testing.T) {
-	waitNodeReady(t, 90*time.Second)
-	p := busyboxPod("vol-token", "while true; do sleep 1; done")
-	p.Spec.Volumes = []corev1.Volume{{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "unitlet-refresh", ExpirationSeconds: ptr.To[int64](600), Path: "token"}},
-	}}}}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tok", MountPath: "/tok"}}
-	createPod(t, p)
-	apiPodRunningReady(t, "vol-token", time.Minute)
-	first := mustInPod(t, "vol-token", "cat", "/tok/token")
-	start := time.Now()
-	var second string
-	stack.WaitFor(t, 11*time.Minute, "the token refreshed in the running container", func(ctx context.Context) (bool, string) {
-		out, err := inPod(t, "vol-token", "cat", "/tok/token")
-		second = out
-		if err != nil || out == "" || out == first {
-			time.Sleep(5 * time.Second) // minutes to go: no need to exec five times a second
-			return false, fmt.Sprintf("same token after %s (%v)", time.Since(start).Round(time.Second), err)
-		}
-		return true, ""
-	})
-	t.Logf("the token was refreshed %s after the pod started (lifetime 600 s)", time.Since(start).Round(time.Second))
-	review, err := admin(t).AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: second, Audiences: []string{"unitlet-refresh"}}}, metav1.CreateOptions{})
-	if err != nil || !review.Status.Authenticated {
-		t.Errorf("TokenReview of the refreshed token: %+v %v", review.Status, err)
-	}
-}
