@@ -171,15 +171,15 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 	if err := os.MkdirAll(filepath.Dir(output), 0o755); err != nil {
 		return err
 	}
-	// Build into a temp name and rename, so an interrupted build leaves no half binary.
-	tmp := output + ".tmp"
-	if len(pkgs) > 1 {
-		tmp = output + ".tmp-dir"
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			return err
-		}
+	// Build into a temporary directory of this build's own and rename, so that an
+	// interrupted build leaves no half binary, and two harnesses building the same output
+	// at once (two worktrees on a fresh machine) do not take each other's files away.
+	tmp, err := os.MkdirTemp(filepath.Dir(output), filepath.Base(output)+".tmp-")
+	if err != nil {
+		return err
 	}
-	target := tmp
+	defer os.RemoveAll(tmp)
+	target := filepath.Join(tmp, filepath.Base(output))
 	if len(pkgs) > 1 {
 		target = tmp + "/"
 	}
@@ -208,7 +208,7 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 			}
 		}
 	}()
-	err := cmd.Run()
+	err = cmd.Run()
 	close(done)
 	if err != nil {
 		return fmt.Errorf("build %s in %s: %w", what, moduleDir, err)
@@ -226,8 +226,7 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 				return err
 			}
 		}
-		os.RemoveAll(tmp)
-	} else if err := os.Rename(tmp, output); err != nil {
+	} else if err := os.Rename(target, output); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "built %s in %s\n", what, time.Since(start).Round(time.Second))
