@@ -91,8 +91,9 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	}
 	if st.terminating && out.Phase == corev1.PodRunning && rp.ReadySandbox() == nil && !anyRunning(rp) {
 		// Stopped for good with containers that would have restarted: the kubelet's final
-		// phase for a deleted pod is Failed unless every container succeeded.
-		out.Phase = corev1.PodFailed
+		// phase for a deleted pod is Succeeded when every container exited 0, as a
+		// container that ends on SIGTERM does, else Failed.
+		out.Phase = terminalPhase(out.ContainerStatuses)
 	}
 
 	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) corev1.PodCondition {
@@ -319,6 +320,18 @@ func (w *worker) terminatedState(c *corev1.Container, inst *relist.Container) *c
 	}
 	t.Message = terminationMessage(c, inst)
 	return t
+}
+
+// terminalPhase is the phase of a pod that will run no more (deleted, its containers
+// stopped): Succeeded when every app container's last run exited 0, else Failed (the
+// kubelet's getPhase for a terminal pod).
+func terminalPhase(apps []corev1.ContainerStatus) corev1.PodPhase {
+	for _, s := range apps {
+		if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 {
+			return corev1.PodFailed
+		}
+	}
+	return corev1.PodSucceeded
 }
 
 // phase is the pod's phase from its containers' statuses (the kubelet's getPhase).

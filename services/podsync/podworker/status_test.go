@@ -327,17 +327,32 @@ func TestStatusKillReasonFailsThePod(t *testing.T) {
 	}
 }
 
-func TestStatusTerminatingWithNothingRunningIsFailed(t *testing.T) {
-	pod := testPod(corev1.RestartPolicyAlways, nil, "app")
-	f := newStatusFixture(pod, nil)
-	rp := runtimePod(inst("app", 0, cExited, 0))
-	rp.Sandboxes[0].Ready = false
-	st := f.w.status(pod, rp, state{pod: pod, terminating: true})
-	if st.Phase != corev1.PodFailed {
-		t.Errorf("a stopped pod whose containers would restart: phase %s, want Failed", st.Phase)
-	}
-	if st := f.w.status(pod, rp, state{pod: pod}); st.Phase != corev1.PodRunning {
-		t.Errorf("the same pod not terminating: phase %s, want Running", st.Phase)
+// A deleted pod whose containers would have restarted ends Failed when one of them failed,
+// and Succeeded when each exited 0 (a container that ends on SIGTERM), as the kubelet's
+// getPhase for a terminal pod; not terminating, the same pod is Running.
+func TestStatusTerminatingWithNothingRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		exits []int32
+		want  corev1.PodPhase
+	}{
+		{"every container exited 0", []int32{0, 0}, corev1.PodSucceeded},
+		{"one container exited 143", []int32{0, 143}, corev1.PodFailed},
+		{"one container exited 1", []int32{1, 0}, corev1.PodFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := testPod(corev1.RestartPolicyAlways, nil, "app", "side")
+			f := newStatusFixture(pod, nil)
+			rp := runtimePod(inst("app", 0, cExited, tc.exits[0]), inst("side", 0, cExited, tc.exits[1]))
+			rp.Sandboxes[0].Ready = false
+			st := f.w.status(pod, rp, state{pod: pod, terminating: true})
+			if st.Phase != tc.want {
+				t.Errorf("a deleted pod whose containers exited %v: phase %s, want %s", tc.exits, st.Phase, tc.want)
+			}
+			if st := f.w.status(pod, rp, state{pod: pod}); st.Phase != corev1.PodRunning {
+				t.Errorf("the same pod not terminating: phase %s, want Running", st.Phase)
+			}
+		})
 	}
 }
 
