@@ -2,12 +2,15 @@ package podworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
@@ -77,7 +80,7 @@ func (w *worker) withEtcHosts(pod *corev1.Pod, c *corev1.Container, podIPs []str
 // removePodFiles removes what podsync wrote in a forgotten pod's directory (its hosts
 // file and termination-message files), then the directory itself if nothing else is
 // left in it: volumes are unitlet-volumes' to remove, and a directory still holding any
-// stays.
+// stays (SweepPodDirs takes it when they are gone).
 func (m *Manager) removePodFiles(w *worker) {
 	w.mu.Lock()
 	pod := w.pod
@@ -85,17 +88,55 @@ func (m *Manager) removePodFiles(w *worker) {
 	if m.o.CRI.PodsDir == "" || pod.UID == "" {
 		return
 	}
-	dir := filepath.Join(m.o.CRI.PodsDir, string(pod.UID))
+	if err := removePodDir(filepath.Join(m.o.CRI.PodsDir, string(pod.UID))); err != nil {
+		m.o.Log.Debug("pod directory kept", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}
+
+// removePodDir removes podsync's files in a pod's directory, the empty directories
+// unitlet-volumes may leave, and then the directory itself, which fails while anything
+// else (a volume not yet released) is left in it.
+func removePodDir(dir string) error {
+	var errs []error
 	for _, name := range []string{etcHostsFile, "containers"} {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			m.o.Log.Warn("remove the pod's files", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			errs = append(errs, err)
 		}
 	}
-	// Empty directories unitlet-volumes may leave behind, then the pod's own.
 	for _, sub := range []string{"volumes", "volume-subpaths", "plugins"} {
 		_ = os.Remove(filepath.Join(dir, sub))
 	}
-	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
-		m.o.Log.Debug("pod directory kept", "pod", pod.Namespace+"/"+pod.Name, "dir", dir, "err", err)
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
 	}
+	return errors.Join(errs...)
+}
+
+// SweepPodDirs removes the directories under podsDir of pods whose content may go
+// (removable is asked after the directory is listed, so a pod that makes its directory
+// after the listing is not in it), as the kubelet's housekeeping removes orphaned pod
+// directories: a pod whose directory outlived its worker, because podsync was killed
+// before it removed it or unitlet-volumes released the pod's volumes after. A directory
+// that still holds anything but podsync's own files and empty volume directories stays.
+// It returns the directories it removed.
+func SweepPodDirs(podsDir string, removable func() func(types.UID) bool) ([]string, error) {
+	entries, err := os.ReadDir(podsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the pod directories in %s: %w", podsDir, err)
+	}
+	may := removable()
+	var removed []string
+	for _, e := range entries {
+		if !e.IsDir() || !may(types.UID(e.Name())) {
+			continue
+		}
+		dir := filepath.Join(podsDir, e.Name())
+		if removePodDir(dir) == nil {
+			removed = append(removed, dir)
+		}
+	}
+	return removed, nil
 }

@@ -3,12 +3,14 @@ package podworker
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -173,5 +175,52 @@ func TestServiceLinksWaitForTheServicesOfAPIPods(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(env, "\n"), "KUBERNETES_SERVICE_HOST=10.96.0.1\n") {
 		t.Errorf("app's env %v lacks KUBERNETES_SERVICE_HOST", env)
+	}
+}
+
+// SweepPodDirs removes a gone pod's directory that holds only podsync's files and empty
+// volume directories; it keeps one whose volumes are not released yet (removing only
+// podsync's files from it), one whose pod may not go, and one made after its listing.
+func TestSweepPodDirs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(path string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("gone/etc-hosts")
+	write("gone/containers/main/0123")
+	if err := os.MkdirAll(filepath.Join(dir, "gone", "volumes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("gone-with-volume/etc-hosts")
+	write("gone-with-volume/volumes/kubernetes.io~secret/sec/k")
+	write("kept/etc-hosts")
+	asked := false
+	removed, err := SweepPodDirs(dir, func() func(types.UID) bool {
+		asked = true
+		write("new/etc-hosts") // a pod admitted after the listing
+		return func(uid types.UID) bool { return uid != "kept" }
+	})
+	if err != nil || !asked {
+		t.Fatalf("SweepPodDirs: %v (asked %v)", err, asked)
+	}
+	if want := []string{filepath.Join(dir, "gone")}; !slices.Equal(removed, want) {
+		t.Errorf("removed %q, want %q", removed, want)
+	}
+	for path, want := range map[string]bool{
+		"gone": false, "gone-with-volume/etc-hosts": false, "gone-with-volume/volumes/kubernetes.io~secret/sec/k": true,
+		"kept/etc-hosts": true, "new/etc-hosts": true,
+	} {
+		if _, err := os.Stat(filepath.Join(dir, path)); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", path, err == nil, want)
+		}
+	}
+	if removed, err := SweepPodDirs(filepath.Join(dir, "none"), func() func(types.UID) bool { return nil }); err != nil || removed != nil {
+		t.Errorf("a missing pods directory: %q, %v", removed, err)
 	}
 }
