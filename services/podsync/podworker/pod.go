@@ -228,8 +228,12 @@ func (w *worker) syncOnce(ctx context.Context) time.Duration {
 	return res.next
 }
 
-// report sends the pod's state when it changed since the last report.
+// report sends the pod's state when it changed since the last report. A sync that could
+// not read the runtime reports nothing: the last report stands.
 func (w *worker) report(res syncResult) {
+	if res.unread && !res.forget {
+		return
+	}
 	w.mu.Lock()
 	obs := Observed{
 		Pod: w.pod, Source: w.source, Status: res.status,

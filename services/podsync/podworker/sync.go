@@ -21,6 +21,10 @@ type syncResult struct {
 	terminated bool
 	forget     bool
 	next       time.Duration
+	// unread: the runtime could not be read (the runtime restarting, say), so status says
+	// nothing; the last report stands rather than one built from no containers, which
+	// would send a running pod back to Pending.
+	unread bool
 }
 
 // state is a consistent copy of the worker's fields for one sync.
@@ -52,7 +56,7 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	rp, err := w.m.o.View.Inspect(ctx, w.uid)
 	if err != nil {
 		log.Warn("read the pod's runtime state", "err", err)
-		return syncResult{operation: "sync", status: w.status(pod, nil, st), next: time.Second}
+		return syncResult{operation: "sync", unread: true, next: time.Second}
 	}
 
 	// Past its activeDeadlineSeconds (which may have changed since the pod started), the
@@ -92,6 +96,8 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	if w.acted.Load() {
 		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
 			log.Warn("read the pod's runtime state", "err", err)
+			res.unread, res.next = true, time.Second
+			return res
 		}
 	}
 	res.status = w.status(pod, rp, st)
@@ -132,8 +138,7 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 	if w.acted.Load() {
 		var err error
 		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
-			res.status = w.status(pod, nil, st)
-			res.next = time.Second
+			res.unread, res.next = true, time.Second
 			return res
 		}
 	}

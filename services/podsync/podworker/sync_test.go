@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"github.com/unitlet/unitlet/services/podsync/relist"
@@ -926,4 +928,61 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// failingView is a memCRI whose Inspect fails while fail is set, as the runtime answers
+// while it restarts ("server is not initialized yet").
+type failingView struct {
+	*memCRI
+	fail atomic.Bool
+}
+
+func (f *failingView) Inspect(ctx context.Context, uid types.UID) (*relist.Pod, error) {
+	if f.fail.Load() {
+		return nil, errors.New("rpc error: code = Unknown desc = server is not initialized yet")
+	}
+	return f.memCRI.Inspect(ctx, uid)
+}
+
+// While the runtime cannot be read, a running pod's syncs (and a deleted pod's) report
+// nothing: before, they reported a status built from no containers, Pending, and the API
+// saw running pods go back to Pending while containerd restarted. Once the runtime
+// answers again, the pod is reported as it is.
+func TestSyncReportsNothingWhileTheRuntimeCannotBeRead(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	view := &failingView{memCRI: cri}
+	h := newHarnessOpts(t, cri, func(o *Options) { o.View = view })
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "the pod running", func(o Observed) bool { return o.Status.Phase == corev1.PodRunning })
+
+	view.fail.Store(true)
+	h.ev.mu.Lock()
+	before := len(h.ev.reports)
+	h.ev.mu.Unlock()
+	for range 3 {
+		h.m.Trigger(pod.UID)
+		time.Sleep(20 * time.Millisecond)
+	}
+	deleted := pod.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleted.DeletionGracePeriodSeconds = ptr.To[int64](0)
+	h.m.Update(deleted, "api")
+	time.Sleep(50 * time.Millisecond)
+	h.ev.mu.Lock()
+	for _, o := range h.ev.reports[before:] {
+		if o.Status.Phase != corev1.PodRunning && !o.Terminating {
+			t.Errorf("while the runtime could not be read: reported %s", describe(o.Status))
+		}
+		if o.Status.Phase == corev1.PodPending {
+			t.Errorf("while the runtime could not be read: a running pod reported Pending (%s)", describe(o.Status))
+		}
+	}
+	h.ev.mu.Unlock()
+
+	view.fail.Store(false)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "the deleted pod's containers stopped", func(o Observed) bool {
+		return o.Terminating && statusOf(o, "app").State.Terminated != nil
+	})
 }
