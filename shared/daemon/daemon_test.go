@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,6 +250,10 @@ func TestExitCode(t *testing.T) {
 		fmt.Errorf("wrapped: %w", ConfigError(errors.New("x"))): ExitBadConfig,
 		// A file not there yet may come: systemd should try again.
 		ConfigError(fmt.Errorf("start: %w", notYet{})): ExitFailure,
+		// A full disk (a checkpoint's write) is the machine's trouble, and passes: systemd
+		// should try again, not leave the service down for good.
+		ConfigError(fmt.Errorf("record the last good configuration: %w", &fs.PathError{Op: "write", Path: "/var/lib/unitlet/checkpoints/x", Err: syscall.ENOSPC})): ExitFailure,
+		ConfigError(fmt.Errorf("open: %w", syscall.EROFS)): ExitFailure,
 		// A restart asked for: systemd starts it again.
 		fmt.Errorf("configuration: %w", &RestartError{Reason: "generation 4 changes nodeStatusMaxImages"}): ExitOK,
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"syscall"
 )
 
 // Exit codes of every unitlet binary. systemd units set RestartPreventExitStatus=2: a bad
@@ -22,9 +23,11 @@ func (e configError) Unwrap() error { return e.err }
 // ConfigError marks err as the user's configuration being wrong: the process exits with
 // ExitBadConfig, and systemd does not start it again. An error that may pass by itself —
 // one that wraps an error with a Temporary() bool method returning true, such as a file
-// that is not there yet — stays a plain error: exit 1, and systemd tries again.
+// that is not there yet, or the machine's own trouble: a full disk, a quota, an I/O error —
+// stays a plain error: exit 1, and systemd tries again. A service whose checkpoint write
+// met a full disk for a minute must come back when there is room, not stay down for good.
 func ConfigError(err error) error {
-	if err == nil || IsConfigError(err) || temporary(err) {
+	if err == nil || IsConfigError(err) || temporary(err) || machineTrouble(err) {
 		return err
 	}
 	return configError{err}
@@ -34,6 +37,17 @@ func ConfigError(err error) error {
 func temporary(err error) bool {
 	var t interface{ Temporary() bool }
 	return errors.As(err, &t) && t.Temporary()
+}
+
+// machineTrouble reports whether err, or an error it wraps, is the machine's storage
+// failing rather than anything in the configuration.
+func machineTrouble(err error) bool {
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EIO, syscall.EROFS, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // IsConfigError reports whether err, or an error it wraps, came from ConfigError.
