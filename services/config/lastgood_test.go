@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
@@ -56,5 +57,33 @@ func TestAStuckLoadFailsTheHealthCheck(t *testing.T) {
 	}
 	if err := s.Healthy(context.Background()); err != nil {
 		t.Fatalf("after it ended: %v", err)
+	}
+}
+
+// A start whose checkpoint writes fail (the root dir's disk full) serves the configuration
+// all the same and says so in the log: before, it ended the process as a configuration
+// error (exit 2, which its unit does not restart), and a disk full for a minute left the
+// node without unitlet-config for good.
+func TestStartServesTheConfigurationWhenItsRecordsCannotBeWritten(t *testing.T) {
+	f := newFixture(t)
+	dir := f.store.Dir()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil { // every write under it fails
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	s, err := newService(f.opts, f.store, nil, slog.New(slog.NewTextHandler(&logged, nil)), fakeHost("node-1", "10.0.0.1"))
+	if err != nil {
+		t.Fatalf("start with checkpoints that cannot be written: %v", err)
+	}
+	if c := s.Current(); c.Generation != 1 || c.Node.GetName() != "node-1" {
+		t.Errorf("served generation %d for node %q, want generation 1 of node-1", c.Generation, c.Node.GetName())
+	}
+	for _, want := range []string{"its generation is not recorded", "not recorded as the last good one"} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logged.String())
+		}
 	}
 }

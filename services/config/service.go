@@ -130,12 +130,17 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 	if cfg.Hash != prev.Hash || gen == 0 {
 		gen++
 		if err := store.WriteJSON(generationCheckpoint, generationState{Generation: gen, Hash: cfg.Hash}); err != nil {
-			return nil, fmt.Errorf("record the generation: %w", err)
+			// The configuration is good and served all the same (a full disk must not
+			// keep the node without one); the next start numbers from the last recorded
+			// generation, which subscribers take as any restart (a snapshot).
+			log.Warn("the configuration is in effect but its generation is not recorded", "generation", gen, "err", err)
 		}
 	}
 	cfg.Generation = gen
 	if err := saveLastGood(store, o, cfg); err != nil {
-		return nil, err
+		// In effect all the same, as on a reload; a restart with broken files would serve
+		// an older one.
+		log.Warn("the configuration is in effect but not recorded as the last good one", "err", err)
 	}
 	s.current = cfg
 	s.hub = watch.NewHub(gen, 0, func() *configv1.NodeConfig { return s.current })
