@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/unitlet/unitlet/shared/bus"
 )
@@ -101,14 +104,19 @@ func (h *Harness) hostServiceFrom(n Node, svc, bin string) component {
 	return component{
 		name: n.Name + "/unitlet-" + svc,
 		start: func() (*proc, error) {
-			env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
-			if addr := n.Metrics[svc]; addr != "" {
-				env = append(env, "UNITLET_METRICS_ADDR="+addr)
-			}
-			return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, env, bin)
+			return startProcess(h.paths.logs, n.Name+"-unitlet-"+svc, h.hostServiceEnv(n, svc), bin)
 		},
 		ready: func(ctx context.Context) error { return serving(ctx, h.NodeSocketDir(n.Name), svc) },
 	}
+}
+
+// hostServiceEnv is the environment of a host service of n beyond the harness's own.
+func (h *Harness) hostServiceEnv(n Node, svc string) []string {
+	env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
+	if addr := n.Metrics[svc]; addr != "" {
+		env = append(env, "UNITLET_METRICS_ADDR="+addr)
+	}
+	return env
 }
 
 // prepareNode writes the node's configuration and credentials.
@@ -151,6 +159,53 @@ func (h *Harness) nodeRootDir(node string) string { return filepath.Join(h.nodeD
 // nodePodLogsDir is the node's podLogsDir, where the runtime writes the containers' logs.
 func (h *Harness) nodePodLogsDir(node string) string {
 	return filepath.Join(h.nodeDir(node), "pod-logs")
+}
+
+// mountRootDirFS loop-mounts an ext4 filesystem of n.RootDirSize on the node's root dir,
+// made once in the node's directory (a sparse file). The mount goes with the stack (down
+// unmounts everything under its directory; the loop device clears itself).
+func (h *Harness) mountRootDirFS(n Node) error {
+	dir := h.nodeRootDir(n.Name)
+	if mounted, err := isMountPoint(dir); err != nil || mounted {
+		return err
+	}
+	q := resource.MustParse(n.RootDirSize)
+	img := filepath.Join(h.nodeDir(n.Name), "root-dir.ext4")
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+		f, err := os.Create(img)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(q.Value())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("the root dir's filesystem image %s: %w", img, err)
+		}
+		if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
+			return fmt.Errorf("mkfs.ext4 %s (package e2fsprogs): %v: %s", img, err, out)
+		}
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount %s on the node's root dir %s: %v: %s", img, dir, err, out)
+	}
+	fmt.Fprintf(h.out, "node %s: root dir on its own %s filesystem (%s)\n", n.Name, n.RootDirSize, img)
+	return nil
+}
+
+// isMountPoint tells whether dir is a mount point (of this mount namespace).
+func isMountPoint(dir string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // nodeSharedDirs are the node's directories that the node's services and the host (the
@@ -223,6 +278,11 @@ func ensureHostCgroup(mount, path string) error {
 func (h *Harness) nodeDirsConfig(n Node) (string, error) {
 	for _, d := range h.nodeSharedDirs(n.Name) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if n.RootDirSize != "" {
+		if err := h.mountRootDirFS(n); err != nil {
 			return "", err
 		}
 	}

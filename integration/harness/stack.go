@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -113,6 +114,11 @@ type Node struct {
 	// harness's. kubeadm writes the node's files and starts it (integration/kubeadmtest).
 	// The configuration is kubeadm's, so the node's configuration fields stay unset.
 	Kubeadm bool `json:"kubeadm,omitempty"`
+	// RootDirSize puts the node's root dir (its checkpoints, pod directories, emptyDirs and
+	// credentials) on a filesystem of its own of this size, e.g. 256Mi: an ext4 image in
+	// the node's directory, loop-mounted, so that a test can fill it to 100 % without
+	// touching the host's disk (integration/faultstest).
+	RootDirSize string `json:"rootDirSize,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -255,6 +261,12 @@ func LoadStack(path string) (*Stack, error) {
 		if n.Kubeadm {
 			if err := checkKubeadmNode(&s, n); err != nil {
 				return nil, fmt.Errorf("%s: nodes[%d].kubeadm: %v", path, i, err)
+			}
+		}
+		if n.RootDirSize != "" {
+			q, err := resource.ParseQuantity(n.RootDirSize)
+			if err != nil || q.Value() < 64<<20 || (n.Backend != "process" && n.Backend != "nspawn") {
+				return nil, fmt.Errorf("%s: nodes[%d].rootDirSize %q: want a size of at least 64Mi, e.g. 256Mi, on a process or nspawn node (a vm has its own disk)", path, i, n.RootDirSize)
 			}
 		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
