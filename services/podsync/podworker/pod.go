@@ -54,6 +54,15 @@ type worker struct {
 	// follows the runtime (whose dead containers garbage collection may remove), as the
 	// kubelet never changes a terminal pod's status.
 	final *corev1.PodStatus
+	// exits are, by container name, when the latest instance finished on the manager's
+	// clock (exitedAt): the crash-loop backoff counts from there.
+	exits map[string]exitSeen
+}
+
+// exitSeen is a container instance's finish, placed on the manager's clock.
+type exitSeen struct {
+	id string
+	at time.Time
 }
 
 type restartRequest struct {
@@ -71,6 +80,7 @@ func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
 		wake:      make(chan struct{}, 1),
 		restarts:  map[string]restartRequest{},
 		waiting:   map[string]waitingState{},
+		exits:     map[string]exitSeen{},
 	}
 }
 

@@ -528,16 +528,37 @@ func (w *worker) backoffWait(pod *corev1.Pod, c *corev1.Container, cur *relist.C
 	}
 	key := backoffKey(pod, c)
 	b := w.m.backoff
-	if b.IsInBackOffSince(key, cur.FinishedAt) {
+	finished := w.exitedAt(cur)
+	if b.IsInBackOffSince(key, finished) {
 		d := b.Get(key)
-		wait := time.Until(cur.FinishedAt.Add(d))
+		wait := d - w.m.o.Clock.Since(finished)
 		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
 		w.setWaiting(c.Name, "CrashLoopBackOff", msg)
 		w.event(pod, corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID))
 		return max(wait, 100*time.Millisecond)
 	}
-	b.Next(key, cur.FinishedAt)
+	b.Next(key, finished)
 	return 0
+}
+
+// exitedAt is when the exited container instance cur finished, on the manager's clock.
+// The runtime's FinishedAt is a reading of the node's wall clock, which may step (NTP, an
+// operator's date -s): a backoff counted from it would end at once after a step forward
+// and run on for the length of a step back. So the first sync that sees the exit takes
+// its age by the wall clock then, and keeps the instant that far before the clock's Now,
+// which in Go carries the monotonic reading: later steps move neither the backoff's start
+// nor its end. An exit stamped after Now (the clock stepped back between the exit and
+// the sync) counts from Now.
+func (w *worker) exitedAt(cur *relist.Container) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.exits[cur.Name]; ok && e.id == cur.ID {
+		return e.at
+	}
+	now := w.m.o.Clock.Now()
+	at := now.Add(-max(now.Sub(cur.FinishedAt), 0))
+	w.exits[cur.Name] = exitSeen{id: cur.ID, at: at}
+	return at
 }
 
 func (w *worker) event(pod *corev1.Pod, eventType, reason, message string) {
