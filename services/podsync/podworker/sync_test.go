@@ -270,11 +270,17 @@ func (f *memCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error) 
 // exit ends the running instance of the named container with code.
 func (f *memCRI) exit(t *testing.T, name string, code int32) {
 	t.Helper()
+	f.exitAt(t, name, code, time.Now())
+}
+
+// exitAt ends the running instance of the named container with code, finished at at.
+func (f *memCRI) exitAt(t *testing.T, name string, code int32, at time.Time) {
+	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.containers {
 		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now()
+			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, at
 			return
 		}
 	}
@@ -794,12 +800,12 @@ func TestSyncCrashLoopBackOffIgnoresWallClockSteps(t *testing.T) {
 	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
 	h.m.Update(pod, "api")
 	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
-	cri.exit(t, "app", 1)
+	cri.exitAt(t, "app", 1, clk.Now())
 	h.m.Trigger(pod.UID)
 	h.ev.waitFor(t, "the first restart, at once", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
 
 	// A crash, seen: 10 s of backoff. Then the wall clock steps back 2 minutes.
-	cri.exit(t, "app", 1)
+	cri.exitAt(t, "app", 1, clk.Now())
 	h.m.Trigger(pod.UID)
 	waitBackOff(t, h, "10s", 1)
 	cri.shiftFinished(t, "app", 2*time.Minute)
@@ -812,7 +818,7 @@ func TestSyncCrashLoopBackOffIgnoresWallClockSteps(t *testing.T) {
 
 	// A crash, seen: 20 s of backoff. Then the wall clock steps forward a minute; syncs
 	// after it still wait.
-	cri.exit(t, "app", 1)
+	cri.exitAt(t, "app", 1, clk.Now())
 	h.m.Trigger(pod.UID)
 	waitBackOff(t, h, "20s", 2)
 	cri.shiftFinished(t, "app", -time.Minute)
@@ -830,6 +836,21 @@ func TestSyncCrashLoopBackOffIgnoresWallClockSteps(t *testing.T) {
 	clk.Step(15 * time.Second)
 	h.ev.waitFor(t, "the third restart, 20 s after the exit", func(o Observed) bool {
 		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 3
+	})
+
+	// The wall clock steps forward a minute between the start and the exit, before any
+	// sync saw the exit: the exit counts from the start at the earliest, so the 40 s
+	// backoff still runs.
+	cri.exitAt(t, "app", 1, clk.Now().Add(-time.Minute))
+	h.m.Trigger(pod.UID)
+	waitBackOff(t, h, "40s", 3)
+	if got := cri.callsOf("CreateContainer"); len(got) != 4 {
+		t.Errorf("created %v after an exit stamped before a step forward, want 4 instances: none before its backoff ends", got)
+	}
+	waitTimer(t, clk)
+	clk.Step(40 * time.Second)
+	h.ev.waitFor(t, "the fourth restart, 40 s after the start", func(o Observed) bool {
+		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 4
 	})
 }
 
