@@ -126,8 +126,9 @@ func (r *diskReclaimer) removeDeadContainers(ctx context.Context) (int, error) {
 		if removable(u.uid) {
 			keep = 0
 		}
-		// Newest first.
-		sort.Slice(cs, func(i, j int) bool { return cs[i].GetCreatedAt() > cs[j].GetCreatedAt() })
+		// Newest first: the highest attempt (each instance is one more than the newest
+		// before; creation times are readings of a wall clock that may have stepped back).
+		sort.Slice(cs, func(i, j int) bool { return newerContainer(cs[i], cs[j]) })
 		for _, c := range cs[min(keep, len(cs)):] {
 			if r.removeContainer(ctx, c) {
 				removed++
@@ -192,7 +193,7 @@ func (r *diskReclaimer) removeDeadSandboxes(ctx context.Context) (int, error) {
 		if removable(uid) {
 			keep = 0
 		}
-		sort.Slice(list, func(i, j int) bool { return list[i].GetCreatedAt() > list[j].GetCreatedAt() })
+		sort.Slice(list, func(i, j int) bool { return newerSandbox(list[i], list[j]) })
 		for _, sb := range list[min(keep, len(list)):] {
 			if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY || inUse[sb.GetId()] {
 				continue
@@ -212,4 +213,22 @@ func (r *diskReclaimer) removeDeadSandboxes(ctx context.Context) (int, error) {
 		}
 	}
 	return removed, nil
+}
+
+// newerContainer reports whether a is a newer instance than b of the same container: the
+// higher attempt, or the later creation for the same attempt.
+func newerContainer(a, b *runtimeapi.Container) bool {
+	if x, y := a.GetMetadata().GetAttempt(), b.GetMetadata().GetAttempt(); x != y {
+		return x > y
+	}
+	return a.GetCreatedAt() > b.GetCreatedAt()
+}
+
+// newerSandbox reports whether a is a newer sandbox than b of the same pod, as
+// newerContainer.
+func newerSandbox(a, b *runtimeapi.PodSandbox) bool {
+	if x, y := a.GetMetadata().GetAttempt(), b.GetMetadata().GetAttempt(); x != y {
+		return x > y
+	}
+	return a.GetCreatedAt() > b.GetCreatedAt()
 }

@@ -359,3 +359,23 @@ func TestReclaimDiskRuntimeDown(t *testing.T) {
 		t.Errorf("ReclaimDisk with the runtime down: %v, want UNAVAILABLE", err)
 	}
 }
+
+// TestNewerInstanceByAttempt: the instance kept when dead ones are removed is the highest
+// attempt, even when its creation time is earlier (the wall clock stepped back between).
+func TestNewerInstanceByAttempt(t *testing.T) {
+	ctr := func(attempt uint32, created int64) *runtimeapi.Container {
+		return &runtimeapi.Container{Metadata: &runtimeapi.ContainerMetadata{Attempt: attempt}, CreatedAt: created}
+	}
+	sb := func(attempt uint32, created int64) *runtimeapi.PodSandbox {
+		return &runtimeapi.PodSandbox{Metadata: &runtimeapi.PodSandboxMetadata{Attempt: attempt}, CreatedAt: created}
+	}
+	if !newerContainer(ctr(4, 100), ctr(3, 300)) || newerContainer(ctr(3, 300), ctr(4, 100)) {
+		t.Errorf("attempt 4 created at 100 is not newer than attempt 3 created at 300")
+	}
+	if !newerContainer(ctr(2, 200), ctr(2, 100)) {
+		t.Errorf("for one attempt, the later creation is not newer")
+	}
+	if !newerSandbox(sb(1, 100), sb(0, 300)) || newerSandbox(sb(0, 300), sb(1, 100)) {
+		t.Errorf("sandbox attempt 1 created at 100 is not newer than attempt 0 created at 300")
+	}
+}

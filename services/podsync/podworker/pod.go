@@ -54,6 +54,17 @@ type worker struct {
 	// follows the runtime (whose dead containers garbage collection may remove), as the
 	// kubelet never changes a terminal pod's status.
 	final *corev1.PodStatus
+	// exits are, by container name, when the latest instance finished on the manager's
+	// clock (exitedAt): the crash-loop backoff counts from there. running are when an
+	// instance was last known to run: started by this worker, or seen running by a sync.
+	exits   map[string]instanceSeen
+	running map[string]instanceSeen
+}
+
+// instanceSeen is a moment of a container instance on the manager's clock.
+type instanceSeen struct {
+	id string
+	at time.Time
 }
 
 type restartRequest struct {
@@ -71,6 +82,8 @@ func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
 		wake:      make(chan struct{}, 1),
 		restarts:  map[string]restartRequest{},
 		waiting:   map[string]waitingState{},
+		exits:     map[string]instanceSeen{},
+		running:   map[string]instanceSeen{},
 	}
 }
 

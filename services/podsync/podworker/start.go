@@ -140,6 +140,8 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err := w.m.journal.begin(created.ContainerId); err != nil {
 		return fmt.Errorf("record the start of container %s: %w", c.Name, err)
 	}
+	// It cannot finish before its start was asked.
+	w.sawRunning(c.Name, created.ContainerId, w.m.o.Clock.Now())
 	_, err = w.m.o.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId})
 	w.m.journal.end(created.ContainerId)
 	if err != nil {

@@ -58,6 +58,12 @@ func (w *worker) sync(ctx context.Context) syncResult {
 		log.Warn("read the pod's runtime state", "err", err)
 		return syncResult{operation: "sync", unread: true, next: time.Second}
 	}
+	seen := w.m.o.Clock.Now()
+	for _, c := range podContainers(rp) {
+		if c.Running() {
+			w.sawRunning(c.Name, c.ID, seen)
+		}
+	}
 
 	// Past its activeDeadlineSeconds (which may have changed since the pod started), the
 	// pod is ended Failed, as the kubelet does; before, it is synced again when it passes.
@@ -533,16 +539,57 @@ func (w *worker) backoffWait(pod *corev1.Pod, c *corev1.Container, cur *relist.C
 	}
 	key := backoffKey(pod, c)
 	b := w.m.backoff
-	if b.IsInBackOffSince(key, cur.FinishedAt) {
+	finished := w.exitedAt(cur)
+	if b.IsInBackOffSince(key, finished) {
 		d := b.Get(key)
-		wait := time.Until(cur.FinishedAt.Add(d))
+		wait := d - w.m.o.Clock.Since(finished)
 		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
 		w.setWaiting(c.Name, "CrashLoopBackOff", msg)
 		w.event(pod, corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID))
 		return max(wait, 100*time.Millisecond)
 	}
-	b.Next(key, cur.FinishedAt)
+	b.Next(key, finished)
 	return 0
+}
+
+// exitedAt is when the exited container instance cur finished, on the manager's clock.
+// The runtime's FinishedAt is a reading of the node's wall clock, which may step (NTP, an
+// operator's date -s): a backoff counted from it would end at once after a step forward
+// and run on for the length of a step back. So the first sync that sees the exit takes
+// its age by the wall clock then, and keeps the instant that far before the clock's Now,
+// which in Go carries the monotonic reading: later steps move neither the backoff's start
+// nor its end. The instant is no later than Now (the clock stepped back between the exit
+// and the sync) and no earlier than when the instance was last known to run (the clock
+// stepped forward between), so a step before the exit was seen errs by the instance's
+// run at most.
+func (w *worker) exitedAt(cur *relist.Container) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.exits[cur.Name]; ok && e.id == cur.ID {
+		return e.at
+	}
+	now := w.m.o.Clock.Now()
+	at := now.Add(-max(now.Sub(cur.FinishedAt), 0))
+	if r, ok := w.running[cur.Name]; ok && r.id == cur.ID && at.Before(r.at) {
+		at = r.at
+	}
+	w.exits[cur.Name] = instanceSeen{id: cur.ID, at: at}
+	return at
+}
+
+// podContainers are rp's container instances; none for a nil pod.
+func podContainers(rp *relist.Pod) []*relist.Container {
+	if rp == nil {
+		return nil
+	}
+	return rp.Containers
+}
+
+// sawRunning records that the named container's instance id ran at at.
+func (w *worker) sawRunning(name, id string, at time.Time) {
+	w.mu.Lock()
+	w.running[name] = instanceSeen{id: id, at: at}
+	w.mu.Unlock()
 }
 
 func (w *worker) event(pod *corev1.Pod, eventType, reason, message string) {

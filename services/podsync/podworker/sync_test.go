@@ -272,15 +272,38 @@ func (f *memCRI) Inspect(_ context.Context, uid types.UID) (*relist.Pod, error) 
 // exit ends the running instance of the named container with code.
 func (f *memCRI) exit(t *testing.T, name string, code int32) {
 	t.Helper()
+	f.exitAt(t, name, code, time.Now())
+}
+
+// exitAt ends the running instance of the named container with code, finished at at.
+func (f *memCRI) exitAt(t *testing.T, name string, code int32, at time.Time) {
+	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.containers {
 		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now()
+			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, at
 			return
 		}
 	}
 	t.Fatalf("no running container %s", name)
+}
+
+// shiftFinished moves the FinishedAt of the named container's exited instance by d.
+func (f *memCRI) shiftFinished(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var last *memContainer
+	for _, c := range f.containers {
+		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_EXITED && (last == nil || c.created > last.created) {
+			last = c
+		}
+	}
+	if last == nil {
+		t.Fatalf("no exited container %s", name)
+	}
+	last.finished = last.finished.Add(d)
 }
 
 // seed puts a sandbox and running instances of the pod's app containers into the runtime,
@@ -390,6 +413,19 @@ func (e *events) waitFor(t *testing.T, what string, match func(Observed) bool) O
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// count is how many events recorded begin with prefix.
+func (e *events) count(prefix string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, r := range e.recorded {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *events) hasEvent(prefix string) bool {
@@ -751,6 +787,95 @@ func TestSyncCrashLoopBackOff(t *testing.T) {
 	if !h.ev.hasEvent("BackOff: Back-off restarting failed container app") {
 		t.Errorf("no BackOff event")
 	}
+}
+
+// TestSyncCrashLoopBackOffIgnoresWallClockSteps: the backoff runs on podsync's clock (the
+// fake clock here stands for Go's monotonic one), not on the runtime's FinishedAt, a
+// reading of the node's wall clock. Once the exit has been seen, a step of the wall clock
+// changes every later "now − FinishedAt" by the step: the same as FinishedAt moving the
+// other way, which is what the test does to the runtime's record. A step back must not
+// stretch the backoff, a step forward must not end it early.
+func TestSyncCrashLoopBackOffIgnoresWallClockSteps(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := newHarnessOpts(t, cri, func(o *Options) { o.Clock = clk })
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	cri.exitAt(t, "app", 1, clk.Now())
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "the first restart, at once", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
+
+	// A crash, seen: 10 s of backoff. Then the wall clock steps back 2 minutes.
+	cri.exitAt(t, "app", 1, clk.Now())
+	h.m.Trigger(pod.UID)
+	waitBackOff(t, h, "10s", 1)
+	cri.shiftFinished(t, "app", 2*time.Minute)
+	// The backoff still ends 10 s after the exit on podsync's clock, at the worker's timer.
+	waitTimer(t, clk)
+	clk.Step(10 * time.Second)
+	h.ev.waitFor(t, "the second restart, 10 s after the exit", func(o Observed) bool {
+		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 2
+	})
+
+	// A crash, seen: 20 s of backoff. Then the wall clock steps forward a minute; syncs
+	// after it still wait.
+	cri.exitAt(t, "app", 1, clk.Now())
+	h.m.Trigger(pod.UID)
+	waitBackOff(t, h, "20s", 2)
+	cri.shiftFinished(t, "app", -time.Minute)
+	waitTimer(t, clk)
+	clk.Step(5 * time.Second)
+	backoffs := h.ev.count("BackOff: ")
+	h.m.Trigger(pod.UID)
+	for h.ev.count("BackOff: ") == backoffs {
+		time.Sleep(2 * time.Millisecond) // the sync after the step, still in backoff
+	}
+	if got := cri.callsOf("CreateContainer"); len(got) != 3 {
+		t.Errorf("created %v after a step forward 5 s into a 20 s backoff, want 3 instances: none before it ends", got)
+	}
+	waitTimer(t, clk)
+	clk.Step(15 * time.Second)
+	h.ev.waitFor(t, "the third restart, 20 s after the exit", func(o Observed) bool {
+		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 3
+	})
+
+	// The wall clock steps forward a minute between the start and the exit, before any
+	// sync saw the exit: the exit counts from the start at the earliest, so the 40 s
+	// backoff still runs.
+	cri.exitAt(t, "app", 1, clk.Now().Add(-time.Minute))
+	h.m.Trigger(pod.UID)
+	waitBackOff(t, h, "40s", 3)
+	if got := cri.callsOf("CreateContainer"); len(got) != 4 {
+		t.Errorf("created %v after an exit stamped before a step forward, want 4 instances: none before its backoff ends", got)
+	}
+	waitTimer(t, clk)
+	clk.Step(40 * time.Second)
+	h.ev.waitFor(t, "the fourth restart, 40 s after the start", func(o Observed) bool {
+		return isRunning(o, "app") && statusOf(o, "app").RestartCount == 4
+	})
+}
+
+// waitTimer waits until the worker's timer is set on the fake clock.
+func waitTimer(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker set no timer")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitBackOff waits for the report of app in CrashLoopBackOff for d after restarts.
+func waitBackOff(t *testing.T, h *harness, d string, restarts int32) {
+	t.Helper()
+	h.ev.waitFor(t, "CrashLoopBackOff "+d, func(o Observed) bool {
+		cs := statusOf(o, "app")
+		return cs.RestartCount == restarts && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff" &&
+			strings.Contains(cs.State.Waiting.Message, "back-off "+d+" ")
+	})
 }
 
 func TestSyncImageNeverPull(t *testing.T) {

@@ -176,12 +176,19 @@ func NewManager(o Options) *Manager {
 	return &Manager{
 		o:          o,
 		journal:    startJournal{dir: filepathJoin(o.StateDir, "starting")},
-		backoff:    flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
-		pulls:      flowcontrol.NewBackOff(10*time.Second, 5*time.Minute),
+		backoff:    newBackOff(o.Clock),
+		pulls:      newBackOff(o.Clock),
 		pullLimits: newPullLimiter(o.PullLimits),
 		metrics:    newMetrics(o.Registry),
 		workers:    map[types.UID]*worker{},
 	}
+}
+
+// newBackOff is the kubelet's backoff (10 s doubling to 5 min) on the manager's clock.
+func newBackOff(clk clock.Clock) *flowcontrol.Backoff {
+	b := flowcontrol.NewBackOff(10*time.Second, 5*time.Minute)
+	b.Clock = clk
+	return b
 }
 
 func filepathJoin(dir, name string) string {

@@ -184,7 +184,7 @@ func (m *Manager) Updates() <-chan Result {
 // SetContainer starts or updates the probe workers for a running container of pod (whose
 // IP is podIP). A new containerID starts the container's results afresh and readiness is
 // probed at once; startedAt is when this container started (initialDelaySeconds counts
-// from it). Call it again with the same ID when the pod object changes (e.g. its
+// from it; only the first call for a container ID sets it, see placed). Call it again with the same ID when the pod object changes (e.g. its
 // deletionTimestamp is set). The manager copies c but keeps pod as given: treat it as
 // immutable afterwards (as objects from an informer's cache are).
 func (m *Manager) SetContainer(pod *corev1.Pod, podIP string, c *corev1.Container, containerID string, startedAt time.Time) {
@@ -200,7 +200,10 @@ func (m *Manager) SetContainer(pod *corev1.Pod, podIP string, c *corev1.Containe
 		m.containers[key] = ct
 	}
 	newID := ct.id != containerID
-	ct.pod, ct.podIP, ct.spec, ct.startedAt = pod, podIP, c.DeepCopy(), startedAt
+	ct.pod, ct.podIP, ct.spec = pod, podIP, c.DeepCopy()
+	if newID || ct.startedAt.IsZero() {
+		ct.startedAt = m.placed(startedAt)
+	}
 	if newID {
 		ct.id = containerID
 	}
@@ -225,6 +228,16 @@ func (m *Manager) SetContainer(pod *corev1.Pod, podIP string, c *corev1.Containe
 			}
 		}
 	}
+}
+
+// placed is startedAt on the manager's clock, taken once per container instance. A start
+// time read from the runtime is a reading of the node's wall clock, which may step: its
+// age by the wall clock now is kept as an instant with Go's monotonic reading, so a
+// later step moves neither the end of initialDelaySeconds nor the restart grace. A start
+// after now (the clock stepped back since) counts from now.
+func (m *Manager) placed(startedAt time.Time) time.Time {
+	now := m.clk.Now()
+	return now.Add(-max(now.Sub(startedAt), 0))
 }
 
 // RemoveContainer stops the probe workers of a container and forgets its results.

@@ -279,6 +279,30 @@ func TestInitialDelay(t *testing.T) {
 	}
 }
 
+// TestInitialDelayIgnoresWallClockSteps: podsync hands the runtime's StartedAt (a reading
+// of the wall clock) again at every sync. After a step back of two minutes, "now −
+// StartedAt" is two minutes shorter: the same as StartedAt two minutes later, which the
+// test hands. The initial delay still ends 25 s after the start.
+func TestInitialDelayIgnoresWallClockSteps(t *testing.T) {
+	h := newHarness(t)
+	h.fc.Step(time.Hour)
+	c := corev1.Container{Name: "app", LivenessProbe: execProbe("live", 10, 25, 1, 3)}
+	pod := testPod("u1", c)
+	started := h.fc.Now()
+	h.m.SetContainer(pod, "10.0.0.1", &c, "c1", started)
+	for i, want := range []int{0, 0, 0, 1, 2} {
+		if i == 0 {
+			h.settle(1)
+		} else {
+			h.tick(period, 1)
+		}
+		h.m.SetContainer(pod, "10.0.0.1", &c, "c1", started.Add(2*time.Minute))
+		if n := h.ex.count("live", ""); n != want {
+			t.Fatalf("at %ds: %d probes ran, want %d", i*10, n, want)
+		}
+	}
+}
+
 func TestStartupGatesLivenessAndReadiness(t *testing.T) {
 	h := newHarness(t)
 	c := corev1.Container{

@@ -454,9 +454,10 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 		p.Containers = append(p.Containers, d)
 	}
 	for _, p := range pods {
+		// A pod's sandboxes are numbered by attempt, each one more than the newest before.
 		sort.SliceStable(p.Sandboxes, func(i, j int) bool {
 			a, b := p.Sandboxes[i], p.Sandboxes[j]
-			if a.CreatedAt.Equal(b.CreatedAt) {
+			if a.Attempt != b.Attempt {
 				return a.Attempt > b.Attempt
 			}
 			return a.CreatedAt.After(b.CreatedAt)
@@ -468,8 +469,35 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 			}
 			return a.CreatedAt.After(b.CreatedAt)
 		})
+		byAttempt(p.Containers)
 	}
 	return pods, details, ips, nil
+}
+
+// byAttempt orders the instances of each container among the places they hold in cs,
+// the highest attempt first: each instance is one attempt more than the newest before, while
+// the runtime's creation times are readings of the node's wall clock, which may step
+// back (an instance created after a step back of two minutes would otherwise sort behind
+// the one it replaced, and Latest would name the old one). Instances of different
+// containers keep their order by creation time.
+func byAttempt(cs []*Container) {
+	slots := map[string][]int{}
+	for i, c := range cs {
+		slots[c.Name] = append(slots[c.Name], i)
+	}
+	for _, idx := range slots {
+		if len(idx) < 2 {
+			continue
+		}
+		inst := make([]*Container, len(idx))
+		for k, i := range idx {
+			inst[k] = cs[i]
+		}
+		sort.SliceStable(inst, func(i, j int) bool { return inst[i].Attempt > inst[j].Attempt })
+		for k, i := range idx {
+			cs[i] = inst[k]
+		}
+	}
 }
 
 // SandboxIPs are a sandbox's pod IPs from its CRI status, the primary first.

@@ -225,6 +225,22 @@ func TestRelistGroupsByPodNewestFirst(t *testing.T) {
 			wantContainers: map[types.UID][]string{"a": {"c2", "c1", "c0"}},
 		},
 		{
+			// The wall clock stepped back between instances: the runtime's creation times
+			// disagree with the attempts, each one more than the newest before.
+			name: "created after a step back of the clock: the higher attempt first",
+			sandboxes: []*runtimeapi.PodSandbox{
+				sandbox("s0", "a", 200, 0, false), sandbox("s1", "a", 100, 1, true),
+			},
+			containers: []*runtimeapi.Container{
+				container("side", "a", "s1", "side", 150, 0, running),
+				container("c3", "a", "s1", "main", 300, 3, exited),
+				container("c4", "a", "s1", "main", 120, 4, running),
+				container("c2", "a", "s1", "main", 250, 2, exited),
+			},
+			wantSandboxes:  map[types.UID][]string{"a": {"s1", "s0"}},
+			wantContainers: map[types.UID][]string{"a": {"c4", "c3", "side", "c2"}},
+		},
+		{
 			name: "sandboxes and containers without the pod uid label are not pods",
 			sandboxes: []*runtimeapi.PodSandbox{
 				sandbox("sa", "a", 10, 0, true),

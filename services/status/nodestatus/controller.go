@@ -134,6 +134,8 @@ type Controller struct {
 	conditions        []corev1.NodeCondition
 	lastStatusUpdate  time.Time
 	lastLeaseRenew    time.Time
+	// leaseRenewTime is the latest renewTime the API server returned for the lease.
+	leaseRenewTime time.Time
 }
 
 // loopState is what the status loop remembers between two syncs.

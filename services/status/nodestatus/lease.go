@@ -72,7 +72,7 @@ func (c *Controller) RunLease(ctx context.Context) error {
 		c.renewInterval,
 		c.nodeName,
 		corev1.NamespaceNodeLease,
-		c.setLeaseOwner(ctx),
+		c.processLease(ctx),
 	)
 	// The controller logs through klog's context logger: send it to ours.
 	logger := logr.FromSlogHandler(c.log.With("component", "nodelease").Handler())
@@ -80,12 +80,14 @@ func (c *Controller) RunLease(ctx context.Context) error {
 	return nil
 }
 
-// setLeaseOwner makes the Node the lease's owner so that deleting the Node deletes its
-// lease. The Node's UID comes from registration or the status loop, or from the API server
-// when neither has seen it yet; without it the lease is not created this round, as the
-// kubelet's.
-func (c *Controller) setLeaseOwner(ctx context.Context) lease.ProcessLeaseFunc {
+// processLease finishes each lease the controller writes: its renewTime moved past the
+// last one (keepRenewTimeRising), and the Node made its owner so that deleting the Node
+// deletes its lease. The Node's UID comes from registration or the status loop, or from
+// the API server when neither has seen it yet; without it the lease is not created this
+// round, as the kubelet's.
+func (c *Controller) processLease(ctx context.Context) lease.ProcessLeaseFunc {
 	return func(l *coordinationv1.Lease) error {
+		c.keepRenewTimeRising(l)
 		if len(l.OwnerReferences) > 0 {
 			return nil
 		}
@@ -108,6 +110,33 @@ func (c *Controller) setLeaseOwner(ctx context.Context) lease.ProcessLeaseFunc {
 		}}
 		return nil
 	}
+}
+
+// keepRenewTimeRising makes the renewTime of a lease about to be written later than the
+// last one the API server returned. The controller stamps it with the node's wall clock,
+// which may step back (NTP, an operator's date -s); but the node lifecycle controller
+// counts a renewal only when its renewTime is after the one it saw before, so renewals
+// stamped behind it would not count until the clock caught up, and the node would turn
+// NotReady after the monitor grace period. Until then each renewal is a microsecond
+// (renewTime's precision) after the last.
+func (c *Controller) keepRenewTimeRising(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	last := c.leaseRenewTime
+	c.mu.Unlock()
+	if l.Spec.RenewTime == nil || last.IsZero() || l.Spec.RenewTime.After(last) {
+		return
+	}
+	l.Spec.RenewTime = &metav1.MicroTime{Time: last.Add(time.Microsecond)}
+}
+
+// leaseSeen records the renewTime of a lease the API server returned.
+func (c *Controller) leaseSeen(l *coordinationv1.Lease) {
+	if l == nil || l.Spec.RenewTime == nil {
+		return
+	}
+	c.mu.Lock()
+	c.leaseRenewTime = l.Spec.RenewTime.Time
+	c.mu.Unlock()
 }
 
 // leaseCounter is the heartbeat client with the lease writes counted and the last
@@ -138,28 +167,33 @@ type leaseWrites struct {
 func (l leaseWrites) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
 	// A round starts with a Get while the controller holds no lease.
 	l.c.beat(loopLease)
-	return l.LeaseInterface.Get(ctx, name, opts)
+	out, err := l.LeaseInterface.Get(ctx, name, opts)
+	if err == nil {
+		l.c.leaseSeen(out)
+	}
+	return out, err
 }
 
 func (l leaseWrites) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
 	out, err := l.LeaseInterface.Create(ctx, lease, opts)
-	l.c.leaseWritten(err)
+	l.c.leaseWritten(out, err)
 	return out, err
 }
 
 func (l leaseWrites) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
 	out, err := l.LeaseInterface.Update(ctx, lease, opts)
-	l.c.leaseWritten(err)
+	l.c.leaseWritten(out, err)
 	return out, err
 }
 
-func (c *Controller) leaseWritten(err error) {
+func (c *Controller) leaseWritten(l *coordinationv1.Lease, err error) {
 	// Rounds after the first update the lease they hold without a Get.
 	c.beat(loopLease)
 	c.metrics.leaseRenewals.WithLabelValues(result(err)).Inc()
 	if err != nil {
 		return
 	}
+	c.leaseSeen(l)
 	c.mu.Lock()
 	c.lastLeaseRenew = c.clock.Now()
 	c.mu.Unlock()

@@ -78,6 +78,49 @@ func TestLeaseCreatedOwnedByTheNodeAndRenewed(t *testing.T) {
 	}
 }
 
+// TestLeaseRenewTimeNeverGoesBack: the node's wall clock steps back two minutes (the fake
+// clock is set back). The node lifecycle controller only counts a renewal whose renewTime
+// is after the last it saw, so every renewal must still be after the one before; once the
+// clock has caught up, renewTime follows it again.
+func TestLeaseRenewTimeNeverGoesBack(t *testing.T) {
+	h := newHarness(t, nil)
+	h.c.renewInterval = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.RunLease(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	node, err := h.c.tryRegister(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.setRegistered(node, nil)
+	waitFor(t, "the lease", func() bool { return h.lease() != nil })
+
+	h.clock.SetTime(t0.Add(-2 * time.Minute))
+	renewals := func() float64 {
+		return counter(t, h.registry, "unitlet_status_lease_renewals_total", "result", "success")
+	}
+	last, seen := h.lease().Spec.RenewTime.Time, renewals()
+	for range 5 {
+		waitFor(t, "a renewal", func() bool { return renewals() > seen })
+		seen = renewals()
+		got := h.lease().Spec.RenewTime.Time
+		if !got.After(last) || got.After(t0.Add(time.Second)) {
+			t.Fatalf("renewTime %s after %s with the clock 2 minutes behind: want a little after the last", got, last)
+		}
+		last = got
+	}
+
+	h.clock.SetTime(t0.Add(10 * time.Second))
+	waitFor(t, "a renewal at the clock's time", func() bool {
+		l := h.lease()
+		return l != nil && l.Spec.RenewTime.Time.Equal(t0.Add(10*time.Second))
+	})
+}
+
 func TestLeaseDurationFromConfig(t *testing.T) {
 	h := newHarness(t, func(o *Options) {
 		o.Config = &kubeletconfigv1beta1.KubeletConfiguration{NodeLeaseDurationSeconds: 60}
