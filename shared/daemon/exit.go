@@ -39,10 +39,12 @@ func temporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-// machineTrouble reports whether err, or an error it wraps, is the machine's storage
-// failing rather than anything in the configuration.
+// machineTrouble reports whether err, or an error it wraps, is the machine's storage or
+// memory failing rather than anything in the configuration. EROFS is not among them: a
+// read-only filesystem is most often a unit's sandbox (ProtectControlGroups=, say),
+// which restarting cannot fix.
 func machineTrouble(err error) bool {
-	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EIO, syscall.EROFS, syscall.ENOMEM} {
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EIO, syscall.ENOMEM} {
 		if errors.Is(err, e) {
 			return true
 		}
