@@ -24,6 +24,11 @@ const (
 	clockPhase          = 40 * time.Second
 	// clockProbeDir is the guest directory where each run of the probe appends a line.
 	clockProbeDir = "/var/tmp/unitlet-clock-test"
+	// clockStallSlack is what the lease's and the probe's gaps may exceed their period by:
+	// the emulated guest stalls for up to about 15 s when the host is busy (make test runs
+	// the harness suites beside it; a 17.5 s probe gap was seen so), while a clock step's
+	// defect shows as a minute.
+	clockStallSlack = 15 * time.Second
 )
 
 // clockStep is one step of the guest's wall clock: where it is set, against true time.
@@ -45,7 +50,8 @@ type clockStep struct {
 //     ...), with no early restart after the forward step and no extra wait after the
 //     backward one;
 //   - a pod with an exec readiness probe every 5 s stays Ready and its probe runs, with
-//     no gap of more than 3 periods.
+//     no gap of more than 3 periods (each gap above with clockStallSlack for the
+//     emulated guest's stalls on a busy host).
 //
 // The guest's clock is set back to the host's when the test ends, whatever happened.
 func TestClockStepsKeepTheLeaseAndBackoffsSane(t *testing.T) {
@@ -324,15 +330,15 @@ func (w *clockWatch) report() {
 		w.probeGapMax, w.probeGapAt = open, w.at()
 	}
 	t.Logf("lease: %d renewals seen, longest gap %s (renewed every %s)", w.leaseRenewals, w.leaseGapMax.Round(100*time.Millisecond), clockLeaseRenew)
-	if w.leaseRenewals == 0 || w.leaseGapMax > clockLeaseRenew+5*time.Second {
-		t.Errorf("the lease of %s was not renewed every %s (+5 s): %d renewals, longest gap %s", w.node, clockLeaseRenew, w.leaseRenewals, w.leaseGapMax.Round(100*time.Millisecond))
+	if w.leaseRenewals == 0 || w.leaseGapMax > clockLeaseRenew+clockStallSlack {
+		t.Errorf("the lease of %s was not renewed every %s (+%s): %d renewals, longest gap %s", w.node, clockLeaseRenew, clockStallSlack, w.leaseRenewals, w.leaseGapMax.Round(100*time.Millisecond))
 	}
 	t.Logf("lease: longest gap between renewals the node lifecycle controller counts (renewTime after the latest before): %s, ending at %s", w.leaseCountedGap.Round(100*time.Millisecond), w.leaseCountedAt)
 	if len(w.leaseBackwards) > 0 {
 		t.Errorf("the lease's renewTime went back (the node lifecycle controller ignores such a renewal): %s", strings.Join(w.leaseBackwards, "; "))
 	}
-	if w.leaseCountedGap > clockLeaseRenew+5*time.Second {
-		t.Errorf("the node lifecycle controller saw no renewal of the lease for %s (ending at %s), over %s (+5 s)", w.leaseCountedGap.Round(100*time.Millisecond), w.leaseCountedAt, clockLeaseRenew)
+	if w.leaseCountedGap > clockLeaseRenew+clockStallSlack {
+		t.Errorf("the node lifecycle controller saw no renewal of the lease for %s (ending at %s), over %s (+%s)", w.leaseCountedGap.Round(100*time.Millisecond), w.leaseCountedAt, clockLeaseRenew, clockStallSlack)
 	}
 
 	// The crash loop: each restart after the ones before watching began, against its backoff.
@@ -359,8 +365,8 @@ func (w *clockWatch) report() {
 	if len(w.podNotReady) > 0 {
 		t.Errorf("the probed pod was not Ready at %s", strings.Join(w.podNotReady, ", "))
 	}
-	if w.probeGapMax > 3*clockProbePeriod {
-		t.Errorf("the readiness probe did not run for %s, over 3 periods (%s)", w.probeGapMax.Round(100*time.Millisecond), 3*clockProbePeriod)
+	if w.probeGapMax > 3*clockProbePeriod+clockStallSlack {
+		t.Errorf("the readiness probe did not run for %s, over 3 periods (%s) +%s", w.probeGapMax.Round(100*time.Millisecond), 3*clockProbePeriod, clockStallSlack)
 	}
 }
 
