@@ -41,7 +41,7 @@ PREV_RELEASE := 238c894f4971a83fc0ddc0670752099e75bd40b0
 PREV_DIR := $(CACHE)/prev-release/$(PREV_RELEASE)
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs deb deb-check test test-unit test-integration test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
+.PHONY: all build prereqs deb deb-check test test-unit test-integration test-faults test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -100,7 +100,19 @@ test-unit:
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
 test-integration: build harness-binaries prev-release
-	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$') ./systemd/...
+	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$\|/integration/faultstest$$') ./systemd/...
+
+## test-faults: the fault suite (integration/faultstest, integration/stacks/faults.yaml):
+## 100 pods churned (about 5 creates and 5 deletes a second, with probes, an init
+## container, configMap, secret, projected and emptyDir volumes, graceful and forced
+## deletions) on an nspawn node while every unitlet service is SIGKILLed every 3 s in turn
+## (at least 20 kills each), containerd is restarted twice and SIGKILLed twice, the API
+## server is stopped 5 minutes and etcd 1, and the node's root dir (a loop-mounted ext4)
+## is filled to 100 % for a minute; then the invariants table, each with its target
+## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. Not yet in make test: it
+## fails on the targets it still misses (README.md, "Fault suite").
+test-faults: build harness-binaries
+	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=40m -v ./integration/faultstest/
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
 ## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
