@@ -83,7 +83,10 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, dropIn))
 		}
 		return false, string(out)
 	})
-	if log := stack.InNode(t, node, "journalctl", "-u", "unitlet-podsync", "--since", since, "-o", "cat", "--no-pager"); strings.Contains(log, "is shorter than the node's shutdown grace period") {
+	// The restarted process's own lines: --since has a second's precision, and the process
+	// before it (restarted by the test before this one) may have logged in that second.
+	invocation := stack.InNode(t, node, "systemctl", "show", "--property=InvocationID", "--value", "unitlet-podsync.service")
+	if log := stack.InNode(t, node, "journalctl", "_SYSTEMD_INVOCATION_ID="+invocation, "--since", since, "-o", "cat", "--no-pager"); strings.Contains(log, "is shorter than the node's shutdown grace period") {
 		t.Errorf("podsync still reports InhibitDelayMaxSec too short after logind's drop-in:\n%s", log)
 	}
 
