@@ -8,11 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/apiserver/pkg/server/healthz"
 
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
+	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
@@ -111,23 +114,36 @@ func (h *nodeHealth) results(ctx context.Context) map[string]error {
 }
 
 // healthy asks a service for its gRPC health and its GetInfo, within timeout.
-func healthy(ctx context.Context, socketDir, svc string, timeout time.Duration) error {
+func healthy(parent context.Context, socketDir, svc string, timeout time.Duration) error {
 	conn, err := bus.Dial(socketDir, svc)
 	if err != nil {
 		return fmt.Errorf("unitlet-%s unreachable: %v", svc, err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	// Not the bus's wait for ready: a refused connection fails the check at once, and only a
+	// call the socket took waits (see waitedOrNot).
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
 	if err != nil {
-		return fmt.Errorf("unitlet-%s unreachable: %s", svc, grpcstatus.Convert(err).Message())
+		return waitedOrNot(parent, err, fmt.Errorf("unitlet-%s unreachable: %s", svc, grpcstatus.Convert(err).Message()))
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return fmt.Errorf("unitlet-%s not serving: %s", svc, resp.GetStatus())
 	}
-	if _, err := daemonv1.NewDaemonServiceClient(conn).GetInfo(ctx, &daemonv1.GetInfoRequest{}); err != nil {
-		return fmt.Errorf("unitlet-%s does not answer GetInfo: %s", svc, grpcstatus.Convert(err).Message())
+	if _, err := daemonv1.NewDaemonServiceClient(conn).GetInfo(ctx, &daemonv1.GetInfoRequest{}, grpc.WaitForReady(false)); err != nil {
+		return waitedOrNot(parent, err, fmt.Errorf("unitlet-%s does not answer GetInfo: %s", svc, grpcstatus.Convert(err).Message()))
 	}
 	return nil
+}
+
+// waitedOrNot is reported, marked nodestatus.ErrNoAnswerYet when err, a call's error, is
+// the call's own timeout running out while parent was still live: the service's socket
+// took the call and it waited (a restart under systemd's socket activation), where a
+// refused connection or a stopped server fails at once (codes.Unavailable).
+func waitedOrNot(parent context.Context, err, reported error) error {
+	if grpcstatus.Code(err) == codes.DeadlineExceeded && parent.Err() == nil {
+		return nodestatus.NoAnswerYet(reported)
+	}
+	return reported
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"k8s.io/apiserver/pkg/server/healthz"
 
+	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
@@ -85,5 +87,41 @@ func TestNodeHealthSelf(t *testing.T) {
 		if (c.Name() == "unitlet-status") != (err != nil) {
 			t.Errorf("check %s: %v", c.Name(), err)
 		}
+	}
+}
+
+func TestACallQueuedOnASocketIsWaitingNotRefused(t *testing.T) {
+	dir := t.TempDir()
+	// A socket that takes connections and never answers: systemd holding a service's
+	// socket while the service starts again.
+	l, err := net.Listen("unix", bus.SocketPath(dir, "eviction"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	err = healthy(context.Background(), dir, "eviction", 200*time.Millisecond)
+	if !errors.Is(err, nodestatus.ErrNoAnswerYet) || !strings.HasPrefix(err.Error(), "unitlet-eviction unreachable: ") {
+		t.Errorf("check of a queued call: %v (ErrNoAnswerYet: %t), want it waiting", err, errors.Is(err, nodestatus.ErrNoAnswerYet))
+	}
+	// No socket: refused, not waiting.
+	err = healthy(context.Background(), dir, "volumes", 5*time.Second)
+	if err == nil || errors.Is(err, nodestatus.ErrNoAnswerYet) {
+		t.Errorf("check of a missing socket: %v, want a failure that is not waiting", err)
+	}
+	// The caller's own end is not the service's doing.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := healthy(ctx, dir, "eviction", time.Minute); err == nil || errors.Is(err, nodestatus.ErrNoAnswerYet) {
+		t.Errorf("check cut short by its caller: %v, want a failure that is not waiting", err)
+	}
+
+	// A round of checks waited only when every failed one did.
+	round := serviceErrors{nodestatus.NoAnswerYet(errors.New("a")), errors.New("b")}
+	if errors.Is(round, nodestatus.ErrNoAnswerYet) || round.Error() != "a; b" {
+		t.Errorf("round %q counted as waiting", round)
+	}
+	if round := round[:1]; !errors.Is(round, nodestatus.ErrNoAnswerYet) {
+		t.Errorf("round %q of waits not counted as waiting", round)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -37,12 +38,13 @@ type podsyncClient struct {
 var podsResource = schema.GroupResource{Resource: "pods"}
 
 // RuntimeHealth is podsync's view of the runtime; an error means podsync did not answer.
-func (p podsyncClient) RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHealth, error) {
-	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+func (p podsyncClient) RuntimeHealth(parent context.Context) (*podsyncv1.RuntimeHealth, error) {
+	ctx, cancel := context.WithTimeout(parent, healthTimeout)
 	defer cancel()
-	resp, err := p.c.GetRuntimeHealth(ctx, &podsyncv1.GetRuntimeHealthRequest{})
+	// As healthy: a refusal fails at once, a call podsync's socket took waits.
+	resp, err := p.c.GetRuntimeHealth(ctx, &podsyncv1.GetRuntimeHealthRequest{}, grpc.WaitForReady(false))
 	if err != nil {
-		return nil, fmt.Errorf("unitlet-podsync unreachable: %s", grpcstatus.Convert(err).Message())
+		return nil, waitedOrNot(parent, err, fmt.Errorf("unitlet-podsync unreachable: %s", grpcstatus.Convert(err).Message()))
 	}
 	return resp.GetHealth(), nil
 }

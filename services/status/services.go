@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/shared/bus"
 )
 
@@ -22,17 +24,41 @@ var optionalServices = []string{"certs", "volumes", "eviction"}
 // through its runtime health.
 func checkServices(socketDir string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		var down []string
+		var down serviceErrors
 		for _, svc := range append([]string{"config"}, presentOptionalServices(socketDir)...) {
 			if err := healthy(ctx, socketDir, svc, healthTimeout); err != nil {
-				down = append(down, err.Error())
+				down = append(down, err)
 			}
 		}
 		if len(down) > 0 {
-			return fmt.Errorf("%s", strings.Join(down, "; "))
+			return down
 		}
 		return nil
 	}
+}
+
+// serviceErrors are the failed checks of one round, said in one message. The round only
+// waited (nodestatus.ErrNoAnswerYet) when every one of them did.
+type serviceErrors []error
+
+func (e serviceErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e serviceErrors) Is(target error) bool {
+	if target != nodestatus.ErrNoAnswerYet {
+		return false
+	}
+	for _, err := range e {
+		if !errors.Is(err, nodestatus.ErrNoAnswerYet) {
+			return false
+		}
+	}
+	return true
 }
 
 // presentOptionalServices are the optional services whose bus socket exists.

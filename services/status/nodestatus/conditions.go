@@ -34,15 +34,40 @@ const relistThreshold = 3 * time.Minute
 // during that restart must not turn the node NotReady and back (which would also make the
 // node lifecycle controller and anything watching Ready react). Until then the Ready
 // condition the node already has is kept as it is.
+//
+// A check that only waited (ErrNoAnswerYet: the service's socket took the call, and it was
+// still queued when the check's timeout ran out) is a restart under way, not an outage:
+// systemd holds the socket while the service starts again, and the call would be answered
+// by the new process. Such checks do not count towards unreachableChecks, and a spell of
+// them is reported after waitingGrace, the units' WatchdogSec: a service that takes calls
+// and answers none for that long is stuck, and its watchdog restarts it. On the one-CPU
+// emulated vm node, a package upgrade's restart takes 8 to 15 s.
 const (
 	unreachableChecks = 2
 	unreachableGrace  = 10 * time.Second
+	waitingGrace      = 30 * time.Second
 )
+
+// ErrNoAnswerYet marks a failed check whose call was taken by the service's socket but not
+// answered before the check's timeout (errors.Is).
+var ErrNoAnswerYet = errors.New("no answer yet")
+
+// NoAnswerYet wraps err, a check's call that timed out after its socket took it, as
+// ErrNoAnswerYet; its message stays err's.
+func NoAnswerYet(err error) error { return noAnswerYet{err} }
+
+type noAnswerYet struct{ err error }
+
+func (e noAnswerYet) Error() string        { return e.err.Error() }
+func (e noAnswerYet) Unwrap() error        { return e.err }
+func (e noAnswerYet) Is(target error) bool { return target == ErrNoAnswerYet }
 
 // outage counts the consecutive failed checks of one service.
 type outage struct {
+	// failures are the spell's checks that failed other than by waiting.
 	failures int
-	since    time.Time
+	// since is when the spell's first failed check was made.
+	since time.Time
 }
 
 // observe records one check; it reports whether the failure now counts.
@@ -51,8 +76,11 @@ func (o *outage) observe(err error, now time.Time) bool {
 		*o = outage{}
 		return false
 	}
-	if o.failures == 0 {
+	if o.since.IsZero() {
 		o.since = now
+	}
+	if errors.Is(err, ErrNoAnswerYet) {
+		return now.Sub(o.since) >= waitingGrace
 	}
 	o.failures++
 	return o.failures >= unreachableChecks || now.Sub(o.since) >= unreachableGrace

@@ -169,6 +169,45 @@ func TestPodsyncUnreachableAtStartIsReported(t *testing.T) {
 	}
 }
 
+func TestAServiceRestartingBehindItsSocketIsReportedAfterTheWatchdogGrace(t *testing.T) {
+	h := registered(t, nil)
+	waiting := NoAnswerYet(errors.New("unitlet-eviction does not answer GetInfo: context deadline exceeded"))
+	if !errors.Is(waiting, ErrNoAnswerYet) || waiting.Error() != "unitlet-eviction does not answer GetInfo: context deadline exceeded" {
+		t.Fatalf("NoAnswerYet = %q (Is ErrNoAnswerYet: %t)", waiting, errors.Is(waiting, ErrNoAnswerYet))
+	}
+
+	// Calls queued on the socket for 20 s (a restart on a slow machine): Ready is kept.
+	h.setServices(waiting)
+	for range 3 {
+		h.tick(t, 10*time.Second)
+		if ready := condition(t, h.node(t), corev1.NodeReady); ready.Status != corev1.ConditionTrue {
+			t.Fatalf("Ready = %+v while a service's calls waited on its socket", ready)
+		}
+	}
+	// 30 s of waiting: the service is stuck.
+	h.tick(t, 10*time.Second)
+	if ready := condition(t, h.node(t), corev1.NodeReady); ready.Status != corev1.ConditionFalse || ready.Message != waiting.Error() {
+		t.Fatalf("Ready = %+v after 30 s of unanswered calls, want the service named", ready)
+	}
+	h.setServices(nil)
+	h.tick(t, 10*time.Second)
+	if ready := condition(t, h.node(t), corev1.NodeReady); ready.Status != corev1.ConditionTrue {
+		t.Fatalf("Ready = %+v after the service answered again", ready)
+	}
+
+	// Waiting does not excuse refusals: a refused check, a wait, a refused check is two
+	// failed checks.
+	refused := errors.New("unitlet-eviction unreachable: connection refused")
+	for i, err := range []error{refused, waiting, refused} {
+		h.setServices(err)
+		h.tick(t, 5*time.Second)
+		ready := condition(t, h.node(t), corev1.NodeReady)
+		if want := i == 2; (ready.Status == corev1.ConditionFalse) != want {
+			t.Fatalf("check %d (%v): Ready = %+v, want False only after the second refusal", i, err, ready)
+		}
+	}
+}
+
 func TestPatchOnlyOnChangeOrReportFrequency(t *testing.T) {
 	h := registered(t, nil)
 	patches := h.statusPatches()
