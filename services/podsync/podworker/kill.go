@@ -109,6 +109,8 @@ type KillReason string
 const (
 	ReasonLivenessProbe KillReason = "LivenessProbe"
 	ReasonStartupProbe  KillReason = "StartupProbe"
+	// ReasonUnknown: the runtime no longer knows the instance's state (killUnknown).
+	ReasonUnknown KillReason = "Unknown"
 )
 
 // kill is how one container is to be stopped.

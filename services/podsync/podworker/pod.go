@@ -59,6 +59,10 @@ type worker struct {
 	// instance was last known to run: started by this worker, or seen running by a sync.
 	exits   map[string]instanceSeen
 	running map[string]instanceSeen
+	// unknownKilled are, by container name, the instances killed because the runtime no
+	// longer knew their state (killUnknown): an app container among them is started again
+	// whatever the restart policy.
+	unknownKilled map[string]string
 }
 
 // instanceSeen is a moment of a container instance on the manager's clock.
@@ -78,12 +82,13 @@ type waitingState struct{ reason, message string }
 func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
 	return &worker{
 		m: m, uid: pod.UID, source: source, pod: pod,
-		firstSeen: m.o.Clock.Now(),
-		wake:      make(chan struct{}, 1),
-		restarts:  map[string]restartRequest{},
-		waiting:   map[string]waitingState{},
-		exits:     map[string]instanceSeen{},
-		running:   map[string]instanceSeen{},
+		firstSeen:     m.o.Clock.Now(),
+		wake:          make(chan struct{}, 1),
+		restarts:      map[string]restartRequest{},
+		unknownKilled: map[string]string{},
+		waiting:       map[string]waitingState{},
+		exits:         map[string]instanceSeen{},
+		running:       map[string]instanceSeen{},
 	}
 }
 

@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -331,6 +332,15 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 	}
 
+	// Instances whose state the runtime lost: killed first, and then restarted below.
+	if killed, err := w.killUnknown(ctx, pod, rp, sb); err != nil {
+		return time.Second, err
+	} else if killed {
+		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+			return time.Second, err
+		}
+	}
+
 	// A container whose start a killed podsync interrupted: remove it and start afresh,
 	// with the same restart count.
 	if removed, err := w.removeUnstarted(ctx, pod, rp, sb.ID); err != nil {
@@ -372,7 +382,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			}
 			continue
 		}
-		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) {
+		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) && !w.killedUnknown(c.Name, cur.ID) {
 			continue
 		}
 		if cur != nil {
@@ -388,6 +398,43 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	}
 	w.pruneDead(ctx, pod, rp)
 	return next, nil
+}
+
+// killUnknown stops the instances in sandbox sb whose state the runtime reports unknown
+// (containerd lost track of a task across its own restart), as the kubelet does before it
+// starts such a container again, so that no second instance runs beside one that may
+// still run. The runtime then reports the instance exited (containerd: code 255, reason
+// Unknown). An init container goes on as one that failed: the pod fails under
+// restartPolicy Never, else the init container runs again; an app container or a sidecar
+// is started again whatever the policy (the kubelet's ShouldContainerBeRestarted).
+func (w *worker) killUnknown(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, sb *relist.Sandbox) (bool, error) {
+	killed := false
+	for _, c := range rp.Containers {
+		if c.SandboxID != sb.ID || c.State != runtimeapi.ContainerState_CONTAINER_UNKNOWN || latestIn(rp, c.Name, sb.ID) != c {
+			continue
+		}
+		spec := specOf(pod, c.Name)
+		what := "Container"
+		if !slices.ContainsFunc(pod.Spec.Containers, func(a corev1.Container) bool { return a.Name == c.Name }) {
+			what = "Init container"
+		}
+		k := kill{message: what + ` is in "unknown" state, try killing it before restart`, reason: ReasonUnknown}
+		if err := w.killContainer(ctx, pod, spec, c, sb, k); err != nil {
+			return killed, err
+		}
+		w.mu.Lock()
+		w.unknownKilled[c.Name] = c.ID
+		w.mu.Unlock()
+		killed = true
+	}
+	return killed, nil
+}
+
+// killedUnknown reports whether instance id of container name was killed by killUnknown.
+func (w *worker) killedUnknown(name, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unknownKilled[name] == id
 }
 
 // restartable are the containers a probe or a spec change restarts while they run: the

@@ -174,8 +174,12 @@ func (f *memCRI) StopContainer(_ context.Context, in *runtimeapi.StopContainerRe
 	}
 	f.stopGrace[c.id] = in.Timeout
 	f.record("StopContainer %s timeout=%d", c.cfg.GetMetadata().GetName(), in.Timeout)
-	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING || c.state == runtimeapi.ContainerState_CONTAINER_CREATED {
+	switch c.state {
+	case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
 		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 137, time.Now()
+	case runtimeapi.ContainerState_CONTAINER_UNKNOWN:
+		// containerd's end of a container whose task it lost.
+		c.state, c.exitCode, c.finished, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, 255, time.Now(), "Unknown"
 	}
 	return &runtimeapi.StopContainerResponse{}, nil
 }
@@ -283,6 +287,21 @@ func (f *memCRI) exitAt(t *testing.T, name string, code int32, at time.Time) {
 	for _, c := range f.containers {
 		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, at
+			return
+		}
+	}
+	t.Fatalf("no running container %s", name)
+}
+
+// lose makes the running instance of the named container one whose state the runtime
+// lost, as containerd reports a task it could not load back after its restart.
+func (f *memCRI) lose(t *testing.T, name string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.containers {
+		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.state = runtimeapi.ContainerState_CONTAINER_UNKNOWN
 			return
 		}
 	}
@@ -595,6 +614,54 @@ func TestSyncInitFailure(t *testing.T) {
 			})
 			if got := cri.callsOf("CreateContainer"); !slices.Equal(got, tc.wantCreate) {
 				t.Errorf("created %v, want %v", got, tc.wantCreate)
+			}
+		})
+	}
+}
+
+// A container whose state the runtime lost is killed, then handled as the kubelet does: an
+// init container as one that failed, an app container started again whatever the policy.
+func TestSyncKillsAContainerInUnknownStateBeforeItsRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		policy     corev1.RestartPolicy
+		lost       string
+		wantPhase  corev1.PodPhase
+		wantCreate []string
+		wantEvent  string
+	}{
+		{"init, Never: the pod fails", corev1.RestartPolicyNever, "init", corev1.PodFailed,
+			[]string{"init attempt=0"}, `Killing: Init container is in "unknown" state, try killing it before restart`},
+		{"init, OnFailure: init runs again", corev1.RestartPolicyOnFailure, "init", corev1.PodPending,
+			[]string{"init attempt=0", "init attempt=1"}, `Killing: Init container is in "unknown" state, try killing it before restart`},
+		{"app, Never: started again", corev1.RestartPolicyNever, "app", corev1.PodRunning,
+			[]string{"init attempt=0", "app attempt=0", "app attempt=1"}, `Killing: Container is in "unknown" state, try killing it before restart`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(tc.policy, []string{"init"}, "app")
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+			if tc.lost == "app" {
+				cri.exit(t, "init", 0)
+				h.m.Trigger(pod.UID)
+				h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			}
+			cri.lose(t, tc.lost)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "phase "+string(tc.wantPhase)+" after the kill", func(o Observed) bool {
+				return o.Status.Phase == tc.wantPhase && len(cri.callsOf("CreateContainer")) == len(tc.wantCreate) &&
+					len(cri.callsOf("StopContainer "+tc.lost)) > 0 && (tc.wantPhase == corev1.PodFailed || isRunning(o, tc.lost))
+			})
+			if got := cri.callsOf("CreateContainer"); !slices.Equal(got, tc.wantCreate) {
+				t.Errorf("created %v, want %v", got, tc.wantCreate)
+			}
+			if got := cri.callsOf("StopContainer " + tc.lost); len(got) != 1 {
+				t.Errorf("StopContainer calls %v, want the lost instance stopped once", got)
+			}
+			if !h.ev.hasEvent(tc.wantEvent) {
+				t.Errorf("events %v, want %q", h.ev.recorded, tc.wantEvent)
 			}
 		})
 	}
