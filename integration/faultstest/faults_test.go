@@ -493,11 +493,12 @@ func (r *run) fillDisk(d time.Duration) {
 func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[string]*busProbe) {
 	t := r.t
 	c := r.c
-	// A finish pod sleeps 3 s; give those that exist the time to end and report it.
+	// A finish pod sleeps 3 s; give those that exist the time to end and report it. One
+	// whose exit the runtime lost ends Failed (counted below).
 	notSucceeded := func() []string {
 		var out []string
 		for _, name := range r.pods.liveNames() {
-			if rec, ok := r.pods.record(r.pods.uidOf(name)); ok && rec.kind == "finish" && !rec.succeeded {
+			if rec, ok := r.pods.record(r.pods.uidOf(name)); ok && rec.kind == "finish" && !rec.succeeded && !rec.lostFailed {
 				out = append(out, name)
 			}
 		}
@@ -549,18 +550,26 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 
 	// Counting.
 	r.pods.mu.Lock()
-	var restarts, backwards, failed, finalLost []string
+	var restarts, lostRestarts, backwards, failed, lostFailed, finalLost []string
 	for uid, rec := range r.pods.pods {
 		for name, n := range rec.restarts {
 			n = max(n, int(r.cri.attempts[uid+"/"+name]))
-			if n > 0 {
-				restarts = append(restarts, fmt.Sprintf("%s/%s restarted %d times (last: %s)", rec.name, name, n, rec.lastExit[name]))
+			// A restart after an instance whose exit the runtime lost is the runtime's.
+			lost := min(n, len(rec.lostExits[name]))
+			if n-lost > 0 {
+				restarts = append(restarts, fmt.Sprintf("%s/%s restarted %d times (last: %s)", rec.name, name, n-lost, rec.lastExit[name]))
+			}
+			if lost > 0 {
+				lostRestarts = append(lostRestarts, fmt.Sprintf("%s/%s", rec.name, name))
 			}
 		}
 		if len(rec.backwards) > 0 {
 			backwards = append(backwards, rec.name+": "+strings.Join(rec.backwards, ", "))
 		}
-		if rec.failed != "" {
+		switch {
+		case rec.lostFailed:
+			lostFailed = append(lostFailed, rec.name+" Failed: "+rec.failed)
+		case rec.failed != "":
 			failed = append(failed, rec.name+" Failed: "+rec.failed)
 		}
 		if rec.gone && rec.graceful && rec.wasRunning && !rec.finalOK && !rec.finalUnknown && rec.kind == "serve" {
@@ -638,12 +647,14 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 
 	rows := []row{
 		{"container restarts not caused by the workload", len(restarts), "0", len(restarts) == 0, joinMax(restarts, 5)},
+		{"containers restarted after the runtime lost an instance's exit (exit 255 Unknown, as the kubelet)", len(lostRestarts), "-", true, joinMax(lostRestarts, 3)},
 		{"pods whose sandbox was created twice (a new one beside a READY one)", len(twiceSandbox), "0", len(twiceSandbox) == 0, joinMax(twiceSandbox, 5)},
 		{"pods given a new sandbox after one the runtime lost mid-creation (as the kubelet)", len(sandboxAfterLost), "-", true, joinMax(sandboxAfterLost, 3)},
 		{"containers started twice for one intended start", len(twiceContainer), "0", len(twiceContainer) == 0, joinMax(twiceContainer, 5)},
 		{"pods whose final status never reached the API", len(finalLost), "0", len(finalLost) == 0, joinMax(finalLost, 5)},
 		{"pods whose status went backwards", len(backwards), "0", len(backwards) == 0, joinMax(backwards, 5)},
 		{"pods that failed (no workload fails)", len(failed), "0", len(failed) == 0, joinMax(failed, 5)},
+		{"pods Failed because the runtime lost a container's exit (exit 255 Unknown, as the kubelet)", len(lostFailed), "-", true, joinMax(lostFailed, 3)},
 		{"API objects left behind after deletion (3 min)", len(left), "0", len(left) == 0, joinMax(left, 5)},
 		{"volumes left mounted after pod removal", len(mounted), "0", len(mounted) == 0, joinMax(mounted, 5)},
 		{"pod directories left after pod removal", len(dirs), "0", len(dirs) == 0, joinMax(dirs, 5)},

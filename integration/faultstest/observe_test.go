@@ -23,14 +23,19 @@ import (
 
 // podRecord is what the pod watcher saw of one pod (by UID) over its life.
 type podRecord struct {
-	name       string
-	kind       string
-	phaseRank  int // the furthest phase seen: 0 Pending, 1 Running, 2 Succeeded or Failed
-	lastPhase  corev1.PodPhase
-	restarts   map[string]int    // the highest restartCount seen per container (init ones too)
-	lastExit   map[string]string // a restarted container's last termination, as the API had it
-	succeeded  bool
-	failed     string // the reason and message when the pod was seen Failed
+	name      string
+	kind      string
+	phaseRank int // the furthest phase seen: 0 Pending, 1 Running, 2 Succeeded or Failed
+	lastPhase corev1.PodPhase
+	restarts  map[string]int    // the highest restartCount seen per container (init ones too)
+	lastExit  map[string]string // a restarted container's last termination, as the API had it
+	succeeded bool
+	failed    string // the reason and message when the pod was seen Failed
+	// lostExits are, per container, the instances (by container ID) that ended with the
+	// runtime's lost-exit status (runtimeLostExit); lostFailed: the pod Failed with one
+	// such instance as its only failed container.
+	lostExits  map[string]map[string]bool
+	lostFailed bool
 	deleted    time.Time
 	graceful   bool // deleted with a grace period (not forced)
 	wasRunning bool // seen Running with every container running before its deletion
@@ -91,7 +96,7 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 	uid := string(p.UID)
 	r := w.pods[uid]
 	if r == nil {
-		r = &podRecord{name: p.Name, kind: p.Labels[kindLabel], restarts: map[string]int{}, lastExit: map[string]string{}}
+		r = &podRecord{name: p.Name, kind: p.Labels[kindLabel], restarts: map[string]int{}, lastExit: map[string]string{}, lostExits: map[string]map[string]bool{}}
 		w.pods[uid] = r
 	}
 	rank := phaseRank(p.Status.Phase)
@@ -109,6 +114,14 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 		if t := cs.LastTerminationState.Terminated; cs.RestartCount > 0 && t != nil {
 			r.lastExit[cs.Name] = fmt.Sprintf("exit %d %s %q, ran %s to %s", t.ExitCode, t.Reason, t.Message, t.StartedAt.Format("15:04:05"), t.FinishedAt.Format("15:04:05"))
 		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if runtimeLostExit(t) {
+				if r.lostExits[cs.Name] == nil {
+					r.lostExits[cs.Name] = map[string]bool{}
+				}
+				r.lostExits[cs.Name][t.ContainerID] = true
+			}
+		}
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		allRunning = allRunning && cs.State.Running != nil
@@ -122,13 +135,21 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 		r.succeeded = true
 	case corev1.PodFailed:
 		r.failed = fmt.Sprintf("%q %q at %s", p.Status.Reason, p.Status.Message, time.Now().Format("15:04:05.0"))
+		lost, other := 0, 0
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			switch t := cs.State.Terminated; {
+			case runtimeLostExit(t):
+				lost++
+			case t != nil && t.ExitCode != 0, cs.State.Waiting != nil:
+				other++
+			}
 			if t := cs.State.Terminated; t != nil {
 				r.failed += fmt.Sprintf(", %s exited %d %s %q (started %s)", cs.Name, t.ExitCode, t.Reason, t.Message, t.StartedAt.Format("15:04:05"))
 			} else if w := cs.State.Waiting; w != nil {
 				r.failed += fmt.Sprintf(", %s waiting %s", cs.Name, w.Reason)
 			}
 		}
+		r.lostFailed = p.Status.Reason == "" && lost > 0 && other == 0
 	}
 	if p.DeletionTimestamp != nil || gone {
 		delete(w.live, p.Name)
@@ -138,6 +159,14 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 	if gone {
 		r.gone, r.finalOK = true, allTerminated
 	}
+}
+
+// runtimeLostExit reports whether t is the status containerd gives an instance whose exit
+// it lost (its task gone when it loaded the container back after a restart, or a
+// container in unknown state that was stopped): exit code 255, reason "Unknown". unitlet
+// never writes that reason itself; the kubelet reports the same for the same runtime.
+func runtimeLostExit(t *corev1.ContainerStateTerminated) bool {
+	return t != nil && t.ExitCode == 255 && t.Reason == "Unknown"
 }
 
 // unknownFinal marks a pod whose deletion the watch did not see: its final status is
