@@ -103,7 +103,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 	} else {
-		mounts, err := w.volumeMounts(ctx, pod)
+		mounts, err := w.volumeMounts(ctx, pod, rp, sb)
 		if err != nil {
 			return err
 		}

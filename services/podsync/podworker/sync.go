@@ -237,8 +237,10 @@ const volumeRetry = 5 * time.Second
 
 // volumeMounts prepares the pod's volumes once per version of the pod (unitlet-volumes
 // keeps their content current) and returns each container's mounts. While they cannot be
-// prepared, the containers wait in ContainerCreating and a FailedMount event says why.
-func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod) (map[string][]criconfig.Mount, error) {
+// prepared, the containers that have no instance in sandbox sb (nil: a sandbox to be
+// made) wait in ContainerCreating and a FailedMount event says why; one that ran keeps its
+// state. Once they are prepared, no container waits in ContainerCreating any more.
+func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, sb *relist.Sandbox) (map[string][]criconfig.Mount, error) {
 	v := w.m.o.Volumes
 	if v == nil || len(pod.Spec.Volumes) == 0 {
 		return nil, nil
@@ -253,13 +255,20 @@ func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod) (map[string]
 	mounts, err := v.Prepare(ctx, pod)
 	if err != nil {
 		for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-			w.setWaiting(c.Name, "ContainerCreating", "")
+			if sb == nil || latestIn(rp, c.Name, sb.ID) == nil {
+				w.setWaiting(c.Name, "ContainerCreating", "")
+			}
 		}
 		w.event(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: "+err.Error())
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
 	w.mu.Lock()
 	w.mounts, w.mountsFor = mounts, pod
+	for name, wt := range w.waiting {
+		if wt.reason == "ContainerCreating" {
+			delete(w.waiting, name)
+		}
+	}
 	w.mu.Unlock()
 	return mounts, nil
 }
@@ -289,7 +298,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			return time.Second, err
 		}
 		w.trace.mark(phaseCgroup, w.m.o.Clock.Now())
-		if _, err := w.volumeMounts(ctx, pod); err != nil {
+		if _, err := w.volumeMounts(ctx, pod, nil, nil); err != nil {
 			return volumeRetry, err
 		}
 		w.trace.mark(phaseVolumes, w.m.o.Clock.Now())

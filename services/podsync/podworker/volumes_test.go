@@ -207,3 +207,48 @@ func TestSubPathContainerStartsWhileAnotherIsRefused(t *testing.T) {
 	h.m.Trigger(pod.UID)
 	h.ev.waitFor(t, "app restarted", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
 }
+
+// A new version of the pod whose volumes fail once (unitlet-volumes restarting, a full
+// disk) after its init container has run: the init container keeps its terminated state,
+// and the pod completes once the volumes are back.
+func TestAVolumeFailureAfterInitDoesNotHoldThePodInitializing(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	vols := &fakeVolumes{}
+	h := newHarnessWith(t, cri, vols)
+	pod := syncPod(corev1.RestartPolicyNever, []string{"init"}, "app")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+
+	// The init container ends; the pod changes in the API (a label) and its volumes fail.
+	vols.set(errors.New("write the configMap: no space left on device"))
+	pod = pod.DeepCopy()
+	pod.Labels = map[string]string{"changed": "yes"}
+	cri.exit(t, "init", 0)
+	h.m.Update(pod, "api")
+	for deadline := time.Now().Add(10 * time.Second); !h.ev.hasEvent("FailedMount"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no FailedMount event for the new version's volumes")
+		}
+	}
+	h.ev.mu.Lock()
+	ran := len(h.ev.reports)
+	h.ev.mu.Unlock()
+
+	vols.set(nil)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	cri.exit(t, "app", 0)
+	h.m.Trigger(pod.UID)
+	o := h.ev.waitFor(t, "Succeeded", func(o Observed) bool { return o.Status.Phase == corev1.PodSucceeded })
+	if init := statusOf(o, "init"); init.State.Terminated == nil || init.State.Terminated.ExitCode != 0 {
+		t.Errorf("init status %+v, want terminated with 0", init.State)
+	}
+	h.ev.mu.Lock()
+	defer h.ev.mu.Unlock()
+	for _, o := range h.ev.reports[ran:] {
+		if w := statusOf(o, "init").State.Waiting; w != nil {
+			t.Errorf("init reported waiting %+v after it ran (%s)", w, describe(o.Status))
+		}
+	}
+}
