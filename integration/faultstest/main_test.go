@@ -88,8 +88,12 @@ func churnPod(i int, finish bool) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			InitContainers: []corev1.Container{{
 				Name: "init", Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command:      []string{"sh", "-c", "test -s /cm/k && echo init >/scratch/init"},
-				VolumeMounts: mounts,
+				// An empty configMap is unitlet's failure (exit 3, said in the status); a
+				// write the full disk refuses is the workload's, as on any node, and does
+				// not fail the init container.
+				Command:                  []string{"sh", "-c", `test -s /cm/k || { echo "configMap volume: /cm/k empty" >&2; exit 3; }; test -d /scratch || { echo "emptyDir volume: /scratch missing" >&2; exit 4; }; echo init >/scratch/init 2>/dev/null || true`},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				VolumeMounts:             mounts,
 			}},
 			Containers: []corev1.Container{main},
 			Volumes: []corev1.Volume{
