@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/services/podsync/criconfig"
@@ -180,7 +181,7 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 			res.next = 5 * time.Second
 			return res
 		}
-		w.m.backoff.DeleteEntry(string(pod.UID))
+		forgetBackoff(w.m.backoff, pod)
 		res.forget = true
 	}
 	return res
@@ -579,6 +580,17 @@ func ranAny(pod *corev1.Pod, rp *relist.Pod) bool {
 func abandonedStart(c *relist.Container) bool {
 	return c.State == runtimeapi.ContainerState_CONTAINER_EXITED && c.StartedAt.IsZero() &&
 		c.Reason == "StartError" && strings.Contains(c.Message, "context canceled")
+}
+
+// forgetBackoff drops the crash-loop backoffs of a pod that is gone: its containers' at
+// their current spec, and any older ones (a spec changed since) once they are stale.
+func forgetBackoff(b *flowcontrol.Backoff, pod *corev1.Pod) {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			b.DeleteEntry(backoffKey(pod, &cs[i]))
+		}
+	}
+	b.GC()
 }
 
 // backoffKey names a container's crash-loop backoff.

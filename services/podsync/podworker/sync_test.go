@@ -856,6 +856,30 @@ func TestSyncCrashLoopBackOff(t *testing.T) {
 	}
 }
 
+// A crash-looping pod that is removed leaves no backoff behind: under churn the entries
+// of gone pods would otherwise pile up in podsync's memory.
+func TestSyncForgetsTheBackoffOfARemovedPod(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	cri.exit(t, "app", 1)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "the first restart", func(o Observed) bool { return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1 })
+	key := backoffKey(pod, &pod.Spec.Containers[0])
+	if h.m.backoff.Get(key) == 0 {
+		t.Fatalf("no backoff for %s after a restart", key)
+	}
+	if !h.m.Terminate(pod.UID, nil, "", "") {
+		t.Fatal("Terminate of a known pod returned false")
+	}
+	h.ev.waitFor(t, "removed", func(o Observed) bool { return o.Removed })
+	if d := h.m.backoff.Get(key); d != 0 {
+		t.Errorf("backoff %s of the removed pod's container kept", d)
+	}
+}
+
 // TestSyncCrashLoopBackOffIgnoresWallClockSteps: the backoff runs on podsync's clock (the
 // fake clock here stands for Go's monotonic one), not on the runtime's FinishedAt, a
 // reading of the node's wall clock. Once the exit has been seen, a step of the wall clock
