@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -36,6 +37,11 @@ type Harness struct {
 	out   io.Writer
 	paths paths
 	bins  *Binaries
+
+	// held are the components KillComponent stopped on purpose: KeepRuntime leaves them
+	// down until StartComponent.
+	heldMu sync.Mutex
+	held   map[string]bool
 }
 
 // New returns the harness of the stack in stackFile; repo is the unitlet checkout, whose

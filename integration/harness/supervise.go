@@ -171,6 +171,7 @@ func (s *Supervisor) Stop() error {
 // than SIGKILL gets SIGKILL, as systemd does after TimeoutStopSec (the API server drains
 // its requests for up to a minute). StartComponent starts it again.
 func (h *Harness) KillComponent(name string, sig syscall.Signal, grace time.Duration) error {
+	h.hold(name, true)
 	p := h.loadState().Procs[name]
 	if !p.alive() {
 		return fmt.Errorf("kill %s: not running", name)
@@ -196,6 +197,7 @@ func (h *Harness) KillComponent(name string, sig syscall.Signal, grace time.Dura
 // StartComponent starts one of the stack's control-plane or runtime processes again unless
 // it runs, and waits until it is ready.
 func (h *Harness) StartComponent(ctx context.Context, name string) error {
+	h.hold(name, false)
 	files, err := h.makePKI()
 	if err != nil {
 		return err
@@ -210,4 +212,82 @@ func (h *Harness) StartComponent(ctx context.Context, name string) error {
 		}
 	}
 	return fmt.Errorf("start %s: not a control-plane or runtime process of stack %s", name, h.stack.Name)
+}
+
+func (h *Harness) hold(name string, held bool) {
+	h.heldMu.Lock()
+	defer h.heldMu.Unlock()
+	if h.held == nil {
+		h.held = map[string]bool{}
+	}
+	h.held[name] = held
+}
+
+func (h *Harness) isHeld(name string) bool {
+	h.heldMu.Lock()
+	defer h.heldMu.Unlock()
+	return h.held[name]
+}
+
+// runtimeRestartSec is containerd.service's RestartSec.
+const runtimeRestartSec = 5 * time.Second
+
+// KeepRuntime does for the stack's containerd what containerd.service (Restart=always,
+// RestartSec=5) does on a node: one that exits when no test stopped it (KillComponent) is
+// started again 5 s later. Each such restart is printed with the end of containerd's log.
+// The returned function stops keeping it and lists the restarts. Debian's containerd 1.6
+// can die of its own races ("concurrent map iteration and map write" in its sandbox
+// store): on a node systemd starts it again, and without this every later test of the
+// package would fail against a node whose runtime is gone.
+func (h *Harness) KeepRuntime() (stop func() []string) {
+	if h.stack.Runtime.Kind != "containerd" {
+		return func() []string { return nil }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var restarts []string
+	name := h.containerd().name
+	go func() {
+		defer close(done)
+		var deadSince time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			p := h.loadState().Procs[name]
+			if p == nil || p.alive() || h.isHeld(name) {
+				deadSince = time.Time{}
+				continue
+			}
+			if deadSince.IsZero() {
+				deadSince = time.Now()
+			}
+			if time.Since(deadSince) < runtimeRestartSec {
+				continue
+			}
+			deadSince = time.Time{}
+			what := fmt.Sprintf("%s %s (pid %d) exited though no test stopped it; started again, as containerd.service's Restart=always would. The end of its log (%s):\n%s",
+				time.Now().Format("15:04:05"), name, p.PID, p.Log, tail(p.Log, 12))
+			restarts = append(restarts, what)
+			fmt.Fprintln(h.out, "harness: "+what)
+			if err := h.StartComponent(ctx, name); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(h.out, "harness: start %s again: %v\n", name, err)
+			}
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		return restarts
+	}
+}
+
+// ComponentPID is the PID of one of the stack's own processes, 0 when it does not run.
+func (h *Harness) ComponentPID(name string) int {
+	if p := h.loadState().Procs[name]; p.alive() {
+		return p.PID
+	}
+	return 0
 }

@@ -62,7 +62,11 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 		return 1
 	}
 	setShared(h)
+	stopKeeping := h.KeepRuntime()
 	code := m.Run()
+	if r := stopKeeping(); len(r) > 0 {
+		fmt.Printf("the harness started the stack's containerd again %d times after it died on its own (above)\n", len(r))
+	}
 	if os.Getenv("UNITLET_KEEP_STACK") != "" {
 		fmt.Printf("keeping the stack (UNITLET_KEEP_STACK): %s\n", h.Dir())
 		return code
