@@ -229,8 +229,8 @@ func (h *Harness) isHeld(name string) bool {
 	return h.held[name]
 }
 
-// runtimeRestartSec is containerd.service's RestartSec.
-const runtimeRestartSec = 5 * time.Second
+// runtimeRestartDelay is containerd.service's RestartSec.
+const runtimeRestartDelay = 5 * time.Second
 
 // KeepRuntime does for the stack's containerd what containerd.service (Restart=always,
 // RestartSec=5) does on a node: one that exits when no test stopped it (KillComponent) is
@@ -264,7 +264,7 @@ func (h *Harness) KeepRuntime() (stop func() []string) {
 			if deadSince.IsZero() {
 				deadSince = time.Now()
 			}
-			if time.Since(deadSince) < runtimeRestartSec {
+			if time.Since(deadSince) < runtimeRestartDelay {
 				continue
 			}
 			deadSince = time.Time{}
