@@ -507,6 +507,17 @@ func (m *Manager) OnDisk() ([]types.UID, error) {
 	return out, nil
 }
 
+// SetUpAt is when the volumes of pod uid were set up on disk: the time of its volumes (or
+// else volume-subpaths) directory; false when it has neither.
+func (m *Manager) SetUpAt(uid types.UID) (time.Time, bool) {
+	for _, d := range []string{"volumes", "volume-subpaths"} {
+		if fi, err := os.Stat(filepath.Join(m.podsDir, string(uid), d)); err == nil {
+			return fi.ModTime(), true
+		}
+	}
+	return time.Time{}, false
+}
+
 // CleanupOrphans releases the volumes on disk of pods that podsync confirms it does not
 // have (known is its complete list, taken at since). Volumes of any pod podsync knows are
 // never touched, nor those of a pod prepared after since (podsync may have admitted it

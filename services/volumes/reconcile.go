@@ -46,6 +46,9 @@ type reconciler struct {
 	// suspects are the pods with volumes on disk that neither podsync nor the runtime had
 	// at the last round: released if they are still unknown at this one.
 	suspects map[types.UID]bool
+	// orphanAge, when set, stands in for that earlier round across a restart: a pod
+	// unknown now whose volumes were set up at least orphanAge ago is released at once.
+	orphanAge time.Duration
 }
 
 // loopReconcile names the reconcile loop in the health check.
@@ -61,6 +64,7 @@ func reconcilePeriod(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
 
 // Run reconciles at start and every period.
 func (r *reconciler) Run(ctx context.Context, period time.Duration) error {
+	r.orphanAge = orphanAge(period)
 	if r.loops != nil {
 		// A round waits at most 30 s on podsync and the runtime, plus the set-ups it redoes.
 		r.loops.Watch(loopReconcile, max(10*period, 10*time.Minute))
@@ -138,11 +142,23 @@ func (r *reconciler) once(ctx context.Context) {
 	}
 }
 
+// orphanAge is how old the volumes of a pod nobody has must be for a round to release them
+// without an earlier round's word (confirmOrphans): two reconcile periods, and at least
+// two minutes, so that a step of the wall clock (the directory's time is the wall clock's)
+// does not make a pod in its first sync look old.
+func orphanAge(period time.Duration) time.Duration {
+	return max(2*period, 2*time.Minute)
+}
+
 // confirmOrphans is known plus every pod on disk that was not already unknown at the last
 // round: a pod is released only when two rounds in a row found no one who has it. A pod
 // in its first sync has its volumes prepared but is in podsync's list only once that sync
 // reports, and in the runtime's only once its sandbox is made; a unitlet-volumes restarted
 // in between has no memory of having prepared it, and must not take its volumes away.
+// That memory does not survive a restart, and a unitlet-volumes restarted more often than
+// every period would then never release anything (the fault suite's kills left pods'
+// volumes on disk for the whole run): a pod whose volumes directory is older than
+// orphanAge counts as one the last round found unknown.
 func (r *reconciler) confirmOrphans(known map[types.UID]bool) map[types.UID]bool {
 	keep := maps.Clone(known)
 	next := map[types.UID]bool{}
@@ -156,10 +172,20 @@ func (r *reconciler) confirmOrphans(known map[types.UID]bool) map[types.UID]bool
 			continue
 		}
 		next[uid] = true
-		if !r.suspects[uid] {
+		if !r.suspects[uid] && !r.old(uid) {
 			keep[uid] = true
 		}
 	}
 	r.suspects = next
 	return keep
+}
+
+// old reports whether the volumes of pod uid were set up at least orphanAge ago, by the
+// time of its volumes directory (written when a volume of it was first set up).
+func (r *reconciler) old(uid types.UID) bool {
+	if r.orphanAge <= 0 {
+		return false
+	}
+	at, ok := r.m.SetUpAt(uid)
+	return ok && r.m.clk.Since(at) >= r.orphanAge
 }

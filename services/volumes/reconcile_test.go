@@ -106,6 +106,37 @@ func TestOrphanNeedsTwoRounds(t *testing.T) {
 	}
 }
 
+// A unitlet-volumes restarted more often than its reconcile period has no earlier round
+// to confirm an orphan by: a pod nobody has whose volumes are older than orphanAge goes at
+// the first round; one set up recently still waits for the next.
+func TestOrphanOlderThanTwoPeriodsGoesAtTheFirstRound(t *testing.T) {
+	m, clk := newTestManager(t, &fakePayloads{content: "x"})
+	vols := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	for _, uid := range []string{"gone-long-ago", "just-set-up"} {
+		if _, err := m.Prepare(context.Background(), testPod(uid, vols, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for uid, at := range map[string]time.Time{"gone-long-ago": clk.Now().Add(-3 * time.Minute), "just-set-up": clk.Now().Add(-10 * time.Second)} {
+		if err := os.Chtimes(filepath.Join(m.podsDir, uid, "volumes"), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A new process: no memory of either pod.
+	m2 := NewManager(ManagerOptions{PodsDir: m.podsDir, Payloads: m.payloads, Clock: clk, Log: m.log})
+	r := &reconciler{m: m2, log: m.log, orphanAge: orphanAge(time.Minute)}
+	got := m2.CleanupOrphans(context.Background(), r.confirmOrphans(map[types.UID]bool{}), clk.Now())
+	if len(got) != 1 || got[0] != "gone-long-ago" {
+		t.Errorf("first round released %v, want only gone-long-ago", got)
+	}
+	if _, err := os.Stat(filepath.Join(m.podsDir, "just-set-up", "volumes")); err != nil {
+		t.Errorf("the recent pod's volumes were touched: %v", err)
+	}
+	if got := orphanAge(5 * time.Minute); got != 10*time.Minute {
+		t.Errorf("orphanAge(5m) = %s, want two periods", got)
+	}
+}
+
 // failingSandboxes is a runtime that does not answer: a round releases nothing.
 type failingSandboxes struct{}
 
