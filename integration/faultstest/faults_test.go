@@ -554,13 +554,15 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	})
 	t.Logf("every pod deleted; %d left %s later", len(left), time.Since(deletedAt).Round(time.Second))
 
-	// Mounts and pod directories of pods that are gone: the node has a minute to clean up.
+	// Mounts and pod directories of pods that are gone: the node has 3 and 5 minutes to
+	// clean up (a teardown a kill cut short is left to unitlet-volumes' orphan release).
 	podsDir := filepath.Join(stack.NodeRootDir(node), "pods")
 	var mounted, dirs []string
-	stack.WaitFor(t, 70*time.Second, "no volume of a removed pod mounted", func(context.Context) (bool, string) {
+	stack.WaitFor(t, 4*time.Minute, "no volume of a removed pod mounted", func(context.Context) (bool, string) {
 		mounted = mountsUnder(podsDir)
-		return len(mounted) == 0 || time.Since(deletedAt) > 4*time.Minute, joinMax(mounted, 5)
+		return len(mounted) == 0 || time.Since(deletedAt) > 3*time.Minute, joinMax(mounted, 5)
 	})
+	t.Logf("volumes: %d left mounted %s after the last deletion", len(mounted), time.Since(deletedAt).Round(time.Second))
 	// A pod's directory goes once its volumes are released: by podsync's teardown, or, for
 	// a pod whose teardown a kill cut short, by unitlet-volumes' orphan release, which
 	// waits for two reconcile rounds (syncFrequency, a minute) without an owner; then
@@ -681,7 +683,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 		{"pods that failed (no workload fails)", len(failed), "0", len(failed) == 0, joinMax(failed, 5)},
 		{"pods Failed because the runtime lost a container's exit (exit 255 Unknown, as the kubelet)", len(lostFailed), "-", true, joinMax(lostFailed, 3)},
 		{"API objects left behind after deletion (3 min)", len(left), "0", len(left) == 0, joinMax(left, 5)},
-		{"volumes left mounted after pod removal", len(mounted), "0", len(mounted) == 0, joinMax(mounted, 5)},
+		{"volumes left mounted 3 min after the last deletion", len(mounted), "0", len(mounted) == 0, joinMax(mounted, 5)},
 		{"pod directories left 5 min after the last deletion", len(dirs), "0", len(dirs) == 0, joinMax(dirs, 5)},
 		{"checkpoint files unreadable after the run", len(unreadable), "0", len(unreadable) == 0, joinMax(unreadable, 5)},
 		{"longest NotReady spell after a service kill", worstKill.length().Round(100 * time.Millisecond), fmt.Sprintf("<= %s (slowest restart %s + status period %s)", (maxRestart + statusPeriod).Round(100*time.Millisecond), maxRestart.Round(100*time.Millisecond), statusPeriod), worstKill.length() <= maxRestart+statusPeriod, worstKill.why},
