@@ -273,7 +273,10 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 			started = w.m.o.Probes == nil || w.m.o.Probes.Started(pod.UID, c.Name)
 		}
 		cs.Started = &started
-	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && isWaiting:
+	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && isWaiting && w.willRestart(pod, c, cur, init):
+		// Why the next instance is not running yet. A container that will not run again
+		// keeps its terminated state whatever an earlier attempt failed of (the kubelet
+		// shows a start error only for a container it restarts).
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: wt.reason, Message: wt.message}
 		cs.LastTerminationState.Terminated = w.terminatedState(c, cur)
 	case cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED:
@@ -294,6 +297,20 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 		cs.Started = &f
 	}
 	return cs
+}
+
+// willRestart reports whether c, whose newest instance cur has exited, is to run again:
+// the rules syncRunning and syncInitContainers follow.
+func (w *worker) willRestart(pod *corev1.Pod, c *corev1.Container, cur *relist.Container, init bool) bool {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return false
+	case init && isSidecar(c):
+		return true
+	case init:
+		return abandonedStart(cur) || cur.ExitCode != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever
+	}
+	return shouldRestart(pod.Spec.RestartPolicy, cur) || w.killedUnknown(c.Name, cur.ID)
 }
 
 func (w *worker) containerID(id string) string {

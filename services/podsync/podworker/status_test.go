@@ -599,3 +599,43 @@ func TestLastTransitionTimeKeptWhileUnchanged(t *testing.T) {
 		t.Errorf("startTime moved to %v, want the first status's %v", st.StartTime, start)
 	}
 }
+
+// A start error of an earlier attempt is shown as waiting only for a container that will
+// run again, as the kubelet does; one that will not keeps its terminated state (an init
+// container whose exit the runtime lost, under restartPolicy Never: the pod has failed).
+func TestAStartErrorIsShownOnlyForAContainerThatRestarts(t *testing.T) {
+	lost := func(name string) *relist.Container {
+		c := inst(name, 0, cExited, 255)
+		c.Reason = "Unknown"
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		policy      corev1.RestartPolicy
+		init        *relist.Container
+		wantWaiting bool
+		wantPhase   corev1.PodPhase
+	}{
+		{"Never, the init container's exit lost", corev1.RestartPolicyNever, lost("init"), false, corev1.PodFailed},
+		{"OnFailure, the init container failed", corev1.RestartPolicyOnFailure, inst("init", 0, cExited, 1), true, corev1.PodPending},
+		{"Never, the init container completed", corev1.RestartPolicyNever, inst("init", 0, cExited, 0), false, corev1.PodPending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := testPod(tc.policy, []string{"init"}, "app")
+			f := newStatusFixture(pod, nil)
+			f.w.setWaiting("init", "CreateContainerError", "failed to reserve container name")
+			st := f.w.status(pod, runtimePod(tc.init), state{pod: pod})
+			got := st.InitContainerStatuses[0]
+			if tc.wantWaiting {
+				if got.State.Waiting == nil || got.State.Waiting.Reason != "CreateContainerError" || got.LastTerminationState.Terminated == nil {
+					t.Errorf("init status %+v, want waiting CreateContainerError with its last termination", got)
+				}
+			} else if got.State.Terminated == nil || got.State.Terminated.ExitCode != tc.init.ExitCode {
+				t.Errorf("init status %+v, want terminated with %d", got, tc.init.ExitCode)
+			}
+			if st.Phase != tc.wantPhase {
+				t.Errorf("phase %s, want %s", st.Phase, tc.wantPhase)
+			}
+		})
+	}
+}
