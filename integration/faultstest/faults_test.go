@@ -580,7 +580,15 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	var restarts, lostRestarts, backwards, failed, lostFailed, finalLost []string
 	for uid, rec := range r.pods.pods {
 		for name, n := range rec.restarts {
-			n = max(n, int(r.cri.attempts[uid+"/"+name]))
+			// A restart is a second instance that ran: the runtime's started instances,
+			// or the API's last state of one that ran. An attempt number alone also
+			// counts starts a kill of podsync or containerd abandoned before the
+			// container ran (the kubelet numbers them the same way).
+			ran := r.cri.startedInstances(uid, name) - 1
+			if rec.ranBefore[name] {
+				ran = max(ran, n)
+			}
+			n = max(ran, 0)
 			// A restart after an instance whose exit the runtime lost is the runtime's.
 			lost := min(n, len(rec.lostExits[name]))
 			if n-lost > 0 {

@@ -29,6 +29,9 @@ type podRecord struct {
 	lastPhase corev1.PodPhase
 	restarts  map[string]int    // the highest restartCount seen per container (init ones too)
 	lastExit  map[string]string // a restarted container's last termination, as the API had it
+	// ranBefore: the API showed a restarted container's last state with a start time (an
+	// earlier instance ran).
+	ranBefore map[string]bool
 	succeeded bool
 	failed    string // the reason and message when the pod was seen Failed
 	// lostExits are, per container, the instances (by container ID) that ended with the
@@ -96,7 +99,7 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 	uid := string(p.UID)
 	r := w.pods[uid]
 	if r == nil {
-		r = &podRecord{name: p.Name, kind: p.Labels[kindLabel], restarts: map[string]int{}, lastExit: map[string]string{}, lostExits: map[string]map[string]bool{}}
+		r = &podRecord{name: p.Name, kind: p.Labels[kindLabel], restarts: map[string]int{}, lastExit: map[string]string{}, ranBefore: map[string]bool{}, lostExits: map[string]map[string]bool{}}
 		w.pods[uid] = r
 	}
 	rank := phaseRank(p.Status.Phase)
@@ -113,6 +116,9 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 		r.restarts[cs.Name] = max(r.restarts[cs.Name], int(cs.RestartCount))
 		if t := cs.LastTerminationState.Terminated; cs.RestartCount > 0 && t != nil {
 			r.lastExit[cs.Name] = fmt.Sprintf("exit %d %s %q, ran %s to %s", t.ExitCode, t.Reason, t.Message, t.StartedAt.Format("15:04:05"), t.FinishedAt.Format("15:04:05"))
+			if !t.StartedAt.IsZero() {
+				r.ranBefore[cs.Name] = true
+			}
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
 			if runtimeLostExit(t) {
@@ -225,7 +231,6 @@ type criWatch struct {
 	// containers: pod UID/container/attempt -> container ID -> started (seen running, or
 	// exited with a start time)
 	containers map[string]map[string]bool
-	attempts   map[string]uint32 // pod UID/container -> the highest attempt of a started one
 	polls      int
 	errors     int
 }
@@ -237,7 +242,7 @@ type sandboxSeen struct {
 }
 
 func watchCRI(ctx context.Context) *criWatch {
-	w := &criWatch{sandboxes: map[string]map[string]*sandboxSeen{}, containers: map[string]map[string]bool{}, attempts: map[string]uint32{}}
+	w := &criWatch{sandboxes: map[string]map[string]*sandboxSeen{}, containers: map[string]map[string]bool{}}
 	go func() {
 		for ctx.Err() == nil {
 			w.poll(ctx)
@@ -304,10 +309,26 @@ func (w *criWatch) poll(ctx context.Context) {
 		}
 		run := w.containers[key][c.GetId()] || c.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING || started[c.GetId()]
 		w.containers[key][c.GetId()] = run
-		if run {
-			w.attempts[uid+"/"+name] = max(w.attempts[uid+"/"+name], c.GetMetadata().GetAttempt())
+	}
+}
+
+// startedInstances counts the instances of a pod's container that ran, over all attempts.
+func (w *criWatch) startedInstances(uid, name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	prefix := uid + "/" + name + "/"
+	for key, ids := range w.containers {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		for _, started := range ids {
+			if started {
+				n++
+			}
 		}
 	}
+	return n
 }
 
 func (w *criWatch) seenStarted(c *runtimeapi.Container) bool {
