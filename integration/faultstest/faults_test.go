@@ -577,7 +577,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 
 	// Counting.
 	r.pods.mu.Lock()
-	var restarts, lostRestarts, backwards, failed, lostFailed, finalLost []string
+	var restarts, lostRestarts, backwards, failed, lostFailed, stoppedUnstarted, finalLost []string
 	for uid, rec := range r.pods.pods {
 		for name, n := range rec.restarts {
 			// A restart is a second instance that ran: the runtime's started instances,
@@ -604,6 +604,8 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 		switch {
 		case rec.lostFailed:
 			lostFailed = append(lostFailed, rec.name+" Failed: "+rec.failed)
+		case rec.stoppedUnstarted:
+			stoppedUnstarted = append(stoppedUnstarted, rec.name+" Failed: "+rec.failed)
 		case rec.failed != "":
 			failed = append(failed, rec.name+" Failed: "+rec.failed)
 		}
@@ -690,6 +692,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 		{"pods whose status went backwards", len(backwards), "0", len(backwards) == 0, joinMax(backwards, 5)},
 		{"pods that failed (no workload fails)", len(failed), "0", len(failed) == 0, joinMax(failed, 5)},
 		{"pods Failed because the runtime lost a container's exit (exit 255 Unknown, as the kubelet)", len(lostFailed), "-", true, joinMax(lostFailed, 3)},
+		{"deleted pods Failed because a container was stopped before it started (as the kubelet)", len(stoppedUnstarted), "-", true, joinMax(stoppedUnstarted, 3)},
 		{"API objects left behind after deletion (3 min)", len(left), "0", len(left) == 0, joinMax(left, 5)},
 		{"volumes left mounted 3 min after the last deletion", len(mounted), "0", len(mounted) == 0, joinMax(mounted, 5)},
 		{"pod directories left 5 min after the last deletion", len(dirs), "0", len(dirs) == 0, joinMax(dirs, 5)},

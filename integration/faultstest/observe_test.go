@@ -39,11 +39,14 @@ type podRecord struct {
 	// such instance as its only failed container.
 	lostExits  map[string]map[string]bool
 	lostFailed bool
-	deleted    time.Time
-	graceful   bool // deleted with a grace period (not forced)
-	wasRunning bool // seen Running with every container running before its deletion
-	finalOK    bool // its last status before it left the API had every container terminated
-	gone       bool // it left the API
+	// stoppedUnstarted: deleted, it Failed only because a container was stopped before
+	// it had started.
+	stoppedUnstarted bool
+	deleted          time.Time
+	graceful         bool // deleted with a grace period (not forced)
+	wasRunning       bool // seen Running with every container running before its deletion
+	finalOK          bool // its last status before it left the API had every container terminated
+	gone             bool // it left the API
 	// finalUnknown: it left the API while the watch was broken (an outage).
 	finalUnknown bool
 	backwards    []string
@@ -141,11 +144,13 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 		r.succeeded = true
 	case corev1.PodFailed:
 		r.failed = fmt.Sprintf("%q %q at %s", p.Status.Reason, p.Status.Message, time.Now().Format("15:04:05.0"))
-		lost, other := 0, 0
+		lost, unstarted, other := 0, 0, 0
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 			switch t := cs.State.Terminated; {
 			case runtimeLostExit(t):
 				lost++
+			case t != nil && t.ExitCode != 0 && t.StartedAt.IsZero():
+				unstarted++
 			case t != nil && t.ExitCode != 0, cs.State.Waiting != nil:
 				other++
 			}
@@ -155,7 +160,10 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 				r.failed += fmt.Sprintf(", %s waiting %s", cs.Name, w.Reason)
 			}
 		}
-		r.lostFailed = p.Status.Reason == "" && lost > 0 && other == 0
+		r.lostFailed = p.Status.Reason == "" && lost > 0 && other == 0 && unstarted == 0
+		// Deleted while a container was being started: it was stopped before it ran, and
+		// the kubelet's phase for such a pod is Failed too.
+		r.stoppedUnstarted = p.DeletionTimestamp != nil && p.Status.Reason == "" && unstarted > 0 && other == 0
 	}
 	if p.DeletionTimestamp != nil || gone {
 		delete(w.live, p.Name)
