@@ -151,7 +151,9 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 				lost++
 			case t != nil && t.ExitCode != 0 && t.StartedAt.IsZero():
 				unstarted++
-			case t != nil && t.ExitCode != 0, cs.State.Waiting != nil:
+			case t != nil && t.ExitCode != 0:
+				other++
+			case cs.State.Waiting != nil && !neverCreated(cs.State.Waiting.Reason):
 				other++
 			}
 			if t := cs.State.Terminated; t != nil {
@@ -173,6 +175,12 @@ func (w *podWatch) saw(p *corev1.Pod, gone bool) {
 	if gone {
 		r.gone, r.finalOK = true, allTerminated
 	}
+}
+
+// neverCreated reports whether a waiting reason is that of a container not created yet
+// (behind an init container, or its volumes): no failure of its own.
+func neverCreated(reason string) bool {
+	return reason == "PodInitializing" || reason == "ContainerCreating"
 }
 
 // runtimeLostExit reports whether t is the status containerd gives an instance whose exit
