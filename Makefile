@@ -58,17 +58,20 @@ build:
 ## and printed when it ends). Beside it, at nice 15 and the lowest best-effort I/O
 ## priority so that the emulated guest keeps its core, run lint, deb-check, test-unit, the
 ## harness suites and test-kubeadm (none of their stacks takes a port of the vm stack's).
+## When a suite fails, the failing tests are listed last, each with the last lines its
+## test code printed (deploy/test-failures.sh).
 test: prereqs proto-check build harness-binaries deb prev-release
-	@log=$(CACHE)/test-vm.log; mkdir -p $(CACHE); \
-	echo "make test: test-vm runs in the background (log: $$log) beside the other suites at nice 15"; \
+	@log=$(CACHE)/test-vm.log; lane=$(CACHE)/test-lane.log; mkdir -p $(CACHE); \
+	echo "make test: test-vm runs in the background (log: $$log) beside the other suites at nice 15 (log: $$lane)"; \
 	start=$$(date +%s); \
 	( $(TEST_VM) ) >$$log 2>&1 & vm=$$!; \
-	rc=0; nice -n 15 ionice -c2 -n7 $(MAKE) --no-print-directory lint deb-check-built test-unit test-integration test-containerd2 test-kubeadm-built || rc=$$?; \
+	rc=0; nice -n 15 ionice -c2 -n7 $(MAKE) --no-print-directory lint deb-check-built test-unit test-integration test-containerd2 test-kubeadm-built 2>&1 | tee $$lane || rc=$$?; \
 	echo "make test: the suites beside test-vm ended after $$(( $$(date +%s) - start )) s (exit status $$rc)"; \
 	vmrc=0; wait $$vm || vmrc=$$?; \
 	echo "== test-vm (exit status $$vmrc, $$(( $$(date +%s) - start )) s), from $$log:"; cat $$log; \
-	if [ $$rc -ne 0 ]; then echo "make test: a suite beside test-vm failed (above)"; exit 1; fi; \
-	if [ $$vmrc -ne 0 ]; then echo "make test: test-vm failed (above)"; exit 1; fi
+	if [ $$rc -ne 0 ] || [ $$vmrc -ne 0 ]; then deploy/test-failures.sh $$lane $$log; fi; \
+	if [ $$rc -ne 0 ]; then echo "make test: a suite beside test-vm failed (above; its failing tests last)"; exit 1; fi; \
+	if [ $$vmrc -ne 0 ]; then echo "make test: test-vm failed (above; its failing tests last)"; exit 1; fi
 	@echo "make test: all passed"
 
 ## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
@@ -130,7 +133,7 @@ test-containerd2: build harness-binaries
 ## service, a pod from the API server, each package upgraded on its own from the previous
 ## release (make prev-release) under load; prints boot-to-installed, boot-to-Ready,
 ## boot-to-first-pod and the upgrade's table
-TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=45m -v ./integration/vmtest/
+TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=60m -v ./integration/vmtest/
 test-vm: build harness-binaries deb prev-release
 	$(TEST_VM)
 
