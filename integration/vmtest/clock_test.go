@@ -98,8 +98,10 @@ func TestClockStepsKeepTheLeaseAndBackoffsSane(t *testing.T) {
 	pc := &probed.Spec.Containers[0]
 	pc.VolumeMounts = []corev1.VolumeMount{{Name: "probes", MountPath: "/probes"}}
 	pc.ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo run >> /probes/runs"}}},
-		PeriodSeconds: int32(clockProbePeriod / time.Second), TimeoutSeconds: 5, FailureThreshold: 3,
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo run >> /probes/runs"}}},
+		// A run that times out fails: a timeout as long as the guest's longest stall on a
+		// busy host, so that three failures in a row (NotReady) take more than stalls do.
+		PeriodSeconds: int32(clockProbePeriod / time.Second), TimeoutSeconds: int32(clockStallSlack / time.Second), FailureThreshold: 3,
 	}
 	for _, p := range []*corev1.Pod{crash, probed} {
 		if _, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
