@@ -531,6 +531,9 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	finalNever := notSucceeded()
 	for i, name := range finalNever {
 		finalNever[i] = fmt.Sprintf("%s (a finish pod never Succeeded: %s)", name, podState(ctx, c, name))
+		if i < 3 {
+			t.Logf("unitlet-podsync's journal on %s, of the finish pod %s that never Succeeded:\n%s", node, name, podJournal(name, r.pods.uidOf(name), 80))
+		}
 	}
 
 	deletedAt := time.Now()
@@ -865,4 +868,15 @@ func checkpointsUnreadable(root string) []string {
 		out = append(out, "no checkpoint file found under "+root+": the check read nothing")
 	}
 	return out
+}
+
+// podJournal is the last n lines of unitlet-podsync's journal on the node that name the
+// pod or its UID, or why they could not be read.
+func podJournal(name, uid string, n int) string {
+	script := fmt.Sprintf("journalctl -u unitlet-podsync --no-pager -o short-precise | grep -F -e %q -e %q | tail -n %d", ns+"/"+name, uid, n)
+	out, err := stack.Exec(node, []string{"sh", "-c", script}).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("(journalctl: %v: %s)", err, out)
+	}
+	return string(out)
 }
