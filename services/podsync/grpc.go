@@ -20,7 +20,7 @@ var errUnknownPod = errors.New("no such pod on this node")
 
 // RuntimeStatus reports the runtime's readiness (the CRI Status call), kept by the service.
 type RuntimeStatus interface {
-	RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHealth
+	RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHealth, error)
 }
 
 // Streamer gets streaming URLs (exec, attach, port-forward) from the runtime.
@@ -203,7 +203,11 @@ func (s *Server) ReclaimDisk(ctx context.Context, req *podsyncv1.ReclaimDiskRequ
 
 // GetRuntimeHealth reports the runtime's and the relist's health.
 func (s *Server) GetRuntimeHealth(ctx context.Context, _ *podsyncv1.GetRuntimeHealthRequest) (*podsyncv1.GetRuntimeHealthResponse, error) {
-	return &podsyncv1.GetRuntimeHealthResponse{Health: s.runtime.RuntimeHealth(ctx)}, nil
+	h, err := s.runtime.RuntimeHealth(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &podsyncv1.GetRuntimeHealthResponse{Health: h}, nil
 }
 
 func clonePod(p *podsyncv1.Pod) *podsyncv1.Pod { return proto.Clone(p).(*podsyncv1.Pod) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -19,7 +21,19 @@ import (
 // runtimeDownAfter is how long the runtime may fail to answer Status before it is reported
 // down: the kubelet's maxWaitForContainerRuntime. One slow answer (a starved node, a
 // daemon-reload of a host with many scopes) leaves the node Ready, as with the kubelet.
+//
+// A podsync that has just started has no answer of its own yet: it counts the same time
+// from its start, and until the runtime answers (or that time runs out) a health call
+// waits, as a call queued on the socket during the restart does, rather than report the
+// runtime down. The kubelet reports a runtime it has not heard from yet as down; a
+// podsync restart (an upgrade, a crash) must not turn the node NotReady because its first
+// Status call, made with what was left of a queued health call's deadline on a busy node,
+// was late.
 const runtimeDownAfter = 30 * time.Second
+
+// errNoRuntimeAnswerYet is a health call's answer while a podsync that has just started
+// waits for the runtime's first answer: the caller's deadline ran out.
+var errNoRuntimeAnswerYet = status.Error(codes.DeadlineExceeded, "unitlet-podsync has started and the container runtime has not answered it yet")
 
 // runtimeStatuser is what runtimeHealth asks of the runtime.
 type runtimeStatuser interface {
@@ -36,6 +50,9 @@ type runtimeHealth struct {
 	last     *podsyncv1.RuntimeHealth
 	// lastAnswer is when the runtime last answered Status.
 	lastAnswer time.Time
+	// started is when this podsync began to ask: before the runtime's first answer,
+	// runtimeDownAfter counts from it.
+	started time.Time
 	// shuttingDown, when set, reports a graceful node shutdown under way.
 	shuttingDown func() bool
 }
@@ -63,8 +80,13 @@ func (h *runtimeHealth) poll(ctx context.Context) {
 	if err != nil {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		// The last answer stands for runtimeDownAfter; the runtime is down after that.
-		if h.last != nil && !h.lastAnswer.IsZero() && now.Sub(h.lastAnswer) < runtimeDownAfter {
+		// The last answer stands for runtimeDownAfter (none, when there is none yet: callers
+		// wait); the runtime is down after that.
+		since := h.lastAnswer
+		if since.IsZero() {
+			since = h.started
+		}
+		if now.Sub(since) < runtimeDownAfter {
 			return
 		}
 		out.Message = fmt.Sprintf("container runtime is down: %v", err)
@@ -90,25 +112,36 @@ func (h *runtimeHealth) poll(ctx context.Context) {
 	h.mu.Unlock()
 }
 
-// RuntimeHealth is the last runtime status with the relist's health.
-func (h *runtimeHealth) RuntimeHealth(ctx context.Context) *podsyncv1.RuntimeHealth {
-	h.mu.Lock()
-	last := h.last
-	h.mu.Unlock()
-	if last == nil {
+// RuntimeHealth is the last runtime status with the relist's health. Before the first
+// (runtimeDownAfter), it asks the runtime until it answers or ctx ends, and then fails
+// with errNoRuntimeAnswerYet.
+func (h *runtimeHealth) RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHealth, error) {
+	last := h.lastStatus()
+	for last == nil {
 		h.poll(ctx)
-		h.mu.Lock()
-		last = h.last
-		h.mu.Unlock()
+		if last = h.lastStatus(); last != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errNoRuntimeAnswerYet
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	out := clonePodHealth(last)
 	relistHealth(out, h.relister)
 	out.NodeShuttingDown = h.shuttingDown != nil && h.shuttingDown()
-	return out
+	return out, nil
+}
+
+func (h *runtimeHealth) lastStatus() *podsyncv1.RuntimeHealth {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
 }
 
 func newRuntimeHealth(rt runtimeStatuser, relister *relist.Relister) *runtimeHealth {
-	return &runtimeHealth{rt: rt, relister: relister, now: time.Now}
+	return &runtimeHealth{rt: rt, relister: relister, now: time.Now, started: time.Now()}
 }
 
 // relistError is the service's health: the relister's error while it is unhealthy.
