@@ -163,10 +163,12 @@ func TestClockStepsKeepTheLeaseAndBackoffsSane(t *testing.T) {
 
 // clockRestartSlack is how much later than its backoff a restart may be seen from the
 // host: the emulated guest creates and starts the container, relists it, and writes the
-// pod's status. clockEarlySlack is how much earlier: the host sees each restart through
-// the API, once a second.
+// pod's status (17.7 s late was seen here with make test's other suites beside it, on a
+// machine faster than CI's). The defect it is there for, a backoff that waits on for a
+// step back, makes a restart a minute late. clockEarlySlack is how much earlier: the
+// host sees each restart through the API, once a second.
 const (
-	clockRestartSlack = 20 * time.Second
+	clockRestartSlack = 30 * time.Second
 	clockEarlySlack   = 3 * time.Second
 )
 
