@@ -123,10 +123,25 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, path))
 
 // TestHealthzOnPort10248UnderTheUnit: unitlet-status serves the kubelet's plain-HTTP
 // /healthz on 127.0.0.1:10248 from inside its sandbox.
+//
+// It polls, as kubeadm's kubelet-check does (once a second, there for 4 minutes), for at
+// most healthzWithin: the test before it has just restarted unitlet-status, and on the
+// one-CPU emulated guest with make test's other suites beside it, the just-started
+// unitlet-status once found all five other services slower than /healthz's 1 s.
 func TestHealthzOnPort10248UnderTheUnit(t *testing.T) {
+	const healthzWithin = 30 * time.Second
 	node := vmNode(t).Name
-	out := stack.InNode(t, node, "bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/10248 && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3`)
-	if !strings.HasPrefix(out, "HTTP/1.0 200 OK") || !strings.HasSuffix(out, "\r\n\r\nok") {
-		t.Errorf("GET http://127.0.0.1:10248/healthz in the guest:\n%s\nwant 200 and ok", out)
+	start := time.Now()
+	var first string
+	stack.WaitFor(t, healthzWithin, "GET http://127.0.0.1:10248/healthz in the guest: 200 and ok", func(context.Context) (bool, string) {
+		out, _ := stack.Exec(node, []string{"bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/10248 && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3`}).CombinedOutput()
+		ok := strings.HasPrefix(string(out), "HTTP/1.0 200 OK") && strings.HasSuffix(string(out), "\r\n\r\nok")
+		if !ok && first == "" {
+			first = string(out)
+		}
+		return ok, string(out)
+	})
+	if first != "" {
+		t.Logf("/healthz answered 200 after %s; its first answer was:\n%s", time.Since(start).Round(100*time.Millisecond), first)
 	}
 }
