@@ -92,7 +92,12 @@ func followLog(ctx context.Context, path, containerID string, opts *logs.LogOpti
 			return err
 		}
 		if next != nil {
-			// The runtime writes to the next file: what it wrote to this one is all there.
+			// The runtime writes to the next file: what it wrote to this one is all there
+			// once its last write, which may come after the first to the next, is in.
+			if err := settle(ctx, cur); err != nil {
+				next.f.Close()
+				return err
+			}
 			if _, err := io.Copy(io.Discard, io.TeeReader(br, lineSink{&pending})); err != nil {
 				return fmt.Errorf("read %s: %w", path, err)
 			}
@@ -122,6 +127,44 @@ func followLog(ctx context.Context, path, containerID string, opts *logs.LogOpti
 			return err
 		}
 	}
+}
+
+// settleQuiet and settleMax bound settle's wait.
+const (
+	settleQuiet = 50 * time.Millisecond
+	settleMax   = time.Second
+)
+
+// settle waits until the plain file cur, which the runtime has left for the next, stops
+// growing: settleQuiet without a change, at most settleMax. containerd's
+// ReopenContainerLog starts the new file's writer before the old one has written what
+// it holds, a line's start that the container had written without its newline, as a
+// partial (P) entry; the line's end is the next file's first entry. The kubelet's
+// reader moves to the new file as soon as it sees it and loses that start; a follower
+// that left the old file at once did the same (a 900 000-line flood, followed through
+// its rotations, once read a line's last three bytes as a line).
+func settle(ctx context.Context, cur *logFile) error {
+	if cur.r != io.Reader(cur.f) {
+		return nil // a compressed file is whole
+	}
+	end := time.Now().Add(settleMax)
+	size := int64(-1)
+	for time.Now().Before(end) {
+		info, err := cur.f.Stat()
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", cur.f.Name(), err)
+		}
+		if info.Size() == size {
+			return nil
+		}
+		size = info.Size()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settleQuiet):
+		}
+	}
+	return nil
 }
 
 // logFile is the file being followed: r reads it (through gzip for a compressed one);

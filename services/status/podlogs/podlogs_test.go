@@ -327,6 +327,41 @@ func TestContainerLogsFollowAcrossRotations(t *testing.T) {
 	}
 }
 
+// TestFollowWaitsForTheOldFilesLastEntry: containerd's ReopenContainerLog starts the new
+// file's writer before the old one has flushed a line's start, which it writes as a
+// partial (P) entry to the old file after the new file's first entry, the line's end.
+// The follower reads the old file to its last entry before it goes on: the line comes
+// out whole.
+func TestFollowWaitsForTheOldFilesLastEntry(t *testing.T) {
+	r, rt, appPath := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stdout syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- r.ContainerLogs(ctx, "default", "web", "app", &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}, &stdout, &bytes.Buffer{})
+	}()
+	waitFor(t, &stdout, "last\n")
+	old := appPath + ".20261127-000001"
+	if err := os.Rename(appPath, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(appPath, []byte("2016-10-06T00:17:21.000000000Z stdout F xxx\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(settleQuiet / 3)
+	appendLine(t, old, "2016-10-06T00:17:20.000000000Z stdout P 00128515 xxxxxx\n")
+	appendLine(t, appPath, "2016-10-06T00:17:22.000000000Z stdout F end\n")
+	waitFor(t, &stdout, "end\n")
+	rt.exited.Store(true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stdout.String(), "last\n00128515 xxxxxxxxx\nend\n"; got != want {
+		t.Errorf("followed %q, want %q", got, want)
+	}
+}
+
 // TestFollowReadsOnIntoACompressedFile: after a rotated file, the next one in time comes
 // next, through gzip when it was compressed; after the newest rotated file, the live one.
 func TestFollowReadsOnIntoACompressedFile(t *testing.T) {
