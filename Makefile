@@ -37,7 +37,7 @@ UNIT_PKGS := ./... ./proto/... ./shared/... ./services/certs/... ./services/conf
 # The previous release: the commit whose binaries and packages the mixed-version and upgrade
 # tests run beside this build's (make prev-release; README.md, "Upgrades and mixed
 # versions"). Move it forward when a release is cut.
-PREV_RELEASE := 238c894f4971a83fc0ddc0670752099e75bd40b0
+PREV_RELEASE := 4fc671e02c2c4cadf5c4dfa6cf020bd1f87c70f5
 PREV_DIR := $(CACHE)/prev-release/$(PREV_RELEASE)
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
