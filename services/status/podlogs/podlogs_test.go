@@ -293,19 +293,28 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 	}
 }
 
+// followFromLast follows the app container's log from its last line (for at most 20 s) and
+// returns once that line is out: the runtime, the log's path, the follower's stdout, and
+// where its end is reported.
+func followFromLast(t *testing.T) (*fakeRuntime, string, *syncBuffer, <-chan error) {
+	t.Helper()
+	r, rt, appPath := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	stdout := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- r.ContainerLogs(ctx, "default", "web", "app", &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}, stdout, &bytes.Buffer{})
+	}()
+	waitFor(t, stdout, "last\n")
+	return rt, appPath, stdout, done
+}
+
 // TestContainerLogsFollowAcrossRotations rotates the followed log twice in a row (renamed
 // to <log>.<stamp>, a new live file each time): the follower reads every line once, in
 // order, whenever it wakes.
 func TestContainerLogsFollowAcrossRotations(t *testing.T) {
-	r, rt, appPath := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var stdout syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- r.ContainerLogs(ctx, "default", "web", "app", &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}, &stdout, &bytes.Buffer{})
-	}()
-	waitFor(t, &stdout, "last\n")
+	rt, appPath, stdout, done := followFromLast(t)
 	for _, stamp := range []string{"20261125-000001", "20261125-000002"} {
 		appendLine(t, appPath, "2016-10-06T00:17:20.000000000Z stdout F before "+stamp+"\n")
 		if err := os.Rename(appPath, appPath+"."+stamp); err != nil {
@@ -316,7 +325,7 @@ func TestContainerLogsFollowAcrossRotations(t *testing.T) {
 		}
 	}
 	appendLine(t, appPath, "2016-10-06T00:17:22.000000000Z stdout F end\n")
-	waitFor(t, &stdout, "end\n")
+	waitFor(t, stdout, "end\n")
 	rt.exited.Store(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -333,15 +342,7 @@ func TestContainerLogsFollowAcrossRotations(t *testing.T) {
 // The follower reads the old file to its last entry before it goes on: the line comes
 // out whole.
 func TestFollowWaitsForTheOldFilesLastEntry(t *testing.T) {
-	r, rt, appPath := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var stdout syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- r.ContainerLogs(ctx, "default", "web", "app", &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}, &stdout, &bytes.Buffer{})
-	}()
-	waitFor(t, &stdout, "last\n")
+	rt, appPath, stdout, done := followFromLast(t)
 	old := appPath + ".20261127-000001"
 	if err := os.Rename(appPath, old); err != nil {
 		t.Fatal(err)
@@ -352,7 +353,7 @@ func TestFollowWaitsForTheOldFilesLastEntry(t *testing.T) {
 	time.Sleep(settleQuiet / 3)
 	appendLine(t, old, "2016-10-06T00:17:20.000000000Z stdout P 00128515 xxxxxx\n")
 	appendLine(t, appPath, "2016-10-06T00:17:22.000000000Z stdout F end\n")
-	waitFor(t, &stdout, "end\n")
+	waitFor(t, stdout, "end\n")
 	rt.exited.Store(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
