@@ -685,6 +685,14 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 		}
 	}
 
+	if runtimeAllowed == 0 { // no spell: the allowance the longest containerd outage had
+		for _, o := range outages {
+			if strings.HasPrefix(o.what, "containerd") {
+				runtimeAllowed = max(runtimeAllowed, o.to.Sub(o.from)+statusPeriod+5*time.Second)
+			}
+		}
+	}
+
 	rows := []row{
 		{"container restarts not caused by the workload", len(restarts), "0", len(restarts) == 0, joinMax(restarts, 5)},
 		{"containers restarted after the runtime lost an instance's exit (exit 255 Unknown, as the kubelet)", len(lostRestarts), "-", true, joinMax(lostRestarts, 3)},
