@@ -99,8 +99,10 @@ type run struct {
 	kills    map[string]int
 	restarts map[string][]restart // per service: kill to answering again
 	mounts   struct {
-		most int       // the node's mount table at its largest
-		at   time.Time // when
+		most    int           // the node's mount table at its largest
+		at      time.Time     // when
+		slowest time.Duration // the longest count (a read of it waits on the kernel's mount lock)
+		slowAt  time.Time
 	}
 	killsIn  struct{ terminating, pending int }
 	problems []string
@@ -308,7 +310,9 @@ func (r *run) sampleMounts(ctx context.Context) {
 			return
 		case <-time.After(5 * time.Second):
 		}
+		began := time.Now()
 		out, err := stack.Exec(node, []string{"wc", "-l", "/proc/1/mountinfo"}).Output()
+		took := time.Since(began)
 		if err != nil {
 			continue // the sample is informational
 		}
@@ -319,6 +323,9 @@ func (r *run) sampleMounts(ctx context.Context) {
 		r.mu.Lock()
 		if n > r.mounts.most {
 			r.mounts.most, r.mounts.at = n, time.Now()
+		}
+		if took > r.mounts.slowest {
+			r.mounts.slowest, r.mounts.slowAt = took, began
 		}
 		r.mu.Unlock()
 	}
@@ -763,7 +770,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	for _, svc := range services {
 		rows = append(rows, row{fmt.Sprintf("SIGKILLs of unitlet-%s", svc), kills[svc], ">= 20", kills[svc] >= 20, ""})
 	}
-	rows = append(rows, row{"the node's mount table at its largest (entries)", mounts.most, "-", true, "at " + mounts.at.Format("15:04:05")})
+	rows = append(rows, row{"the node's mount table at its largest (entries)", mounts.most, "-", true, fmt.Sprintf("at %s; the slowest count took %s (at %s)", mounts.at.Format("15:04:05"), mounts.slowest.Round(10*time.Millisecond), mounts.slowAt.Format("15:04:05"))})
 	rows = append(rows, row{"harness problems (a kill or fault that could not be done)", len(problems), "0", len(problems) == 0, joinMax(problems, 5)})
 
 	var b strings.Builder
