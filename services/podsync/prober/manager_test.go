@@ -675,6 +675,64 @@ func TestResultOfReplacedContainerIsDropped(t *testing.T) {
 	}
 }
 
+// A liveness run that began before the pod's deletion and fails after it (a preStop hook
+// removed what it checks) is dropped: no Unhealthy event, no failure to restart for.
+func TestALivenessRunOverlappingTheDeletionIsDropped(t *testing.T) {
+	g := &gateExecer{started: make(chan string), release: make(chan int32)}
+	fc := testclock.NewFakeClock(epoch)
+	m := NewManager(g, fc, nil, nil)
+	defer m.Stop()
+	m.jitter = func(time.Duration) time.Duration { return 0 }
+	var mu sync.Mutex
+	var events, updates []string
+	m.RecordEvents(func(_ *corev1.Pod, _, reason, message string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, reason+": "+message)
+	})
+	go func() {
+		for r := range m.Updates() {
+			mu.Lock()
+			updates = append(updates, fmt.Sprintf("%s %s:%t", r.Kind.metricLabel(), r.ContainerID, r.Success))
+			mu.Unlock()
+		}
+	}()
+	c := corev1.Container{Name: "app", LivenessProbe: execProbe("live", 10, 0, 1, 1)}
+	pod := testPod("u1", c)
+	m.SetContainer(pod, "10.0.0.1", &c, "c1", fc.Now())
+	if id := <-g.started; id != "c1" {
+		t.Fatalf("probed %s, want c1", id)
+	}
+	deleting := pod.DeepCopy()
+	now := metav1.NewTime(fc.Now())
+	deleting.DeletionTimestamp = &now
+	m.SetContainer(deleting, "10.0.0.1", &c, "c1", fc.Now()) // deleted while the run goes on
+	g.release <- 1                                           // then it fails
+	deadline := time.Now().Add(10 * time.Second)
+	for m.workerCount() != 0 {
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the liveness worker did not stop after the deletion")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 0 {
+		t.Errorf("events %v, want none: the run overlapped the deletion", events)
+	}
+	for _, u := range updates {
+		if strings.HasSuffix(u, ":false") {
+			t.Errorf("updates %v, want no failure (the container would be restarted)", updates)
+		}
+	}
+}
+
 func TestReadinessProbedAsSoonAsStartupPasses(t *testing.T) {
 	h := newHarness(t)
 	c := corev1.Container{

@@ -193,6 +193,21 @@ func (w *worker) probe(ctx context.Context) bool {
 		return false
 	}
 	w.observe(o, err, m.clk.Since(begin))
+	// The pod's deletion came while the run went on (a preStop hook may have removed what
+	// the probe checks): its outcome is dropped as that of a run begun after it would be.
+	// The kubelet keeps it, and may report the container Unhealthy as it terminates.
+	if w.kind == Liveness || w.kind == Startup {
+		m.mu.Lock()
+		deleting := ct.pod.DeletionTimestamp != nil
+		if deleting && !w.removed && ct.id == t.containerID {
+			w.setLocked(success, "")
+		}
+		m.mu.Unlock()
+		if deleting {
+			w.log.Debug("pod deletion seen while the probe ran: its outcome is dropped, probe stops")
+			return false
+		}
+	}
 	if err != nil {
 		w.log.Debug("probe could not run", "containerID", t.containerID, "err", err)
 		return true
