@@ -58,19 +58,13 @@ build:
 ## and printed when it ends). Beside it, at nice 15 and the lowest best-effort I/O
 ## priority so that the emulated guest keeps its core, run lint, deb-check, test-unit, the
 ## harness suites and test-kubeadm (none of their stacks takes a port of the vm stack's).
-## The kernel's autogroup scheduling is off for the run: it gives each new session (each
-## service in the harness's nspawn machines is one) as much CPU as the vm's, whatever its
-## nice. test-faults runs last, alone: beside the vm suite its load starved the guest.
+## test-faults runs last, alone: beside the vm suite its load starved the guest (with the
+## kernel's autogroup scheduling, each session, and each service in an nspawn machine is
+## one, gets as much CPU as the vm whatever its nice).
 ## When a suite fails, the failing tests are listed last, each with the last lines its
 ## test code printed (deploy/test-failures.sh).
 test: prereqs proto-check build harness-binaries deb prev-release
 	@log=$(CACHE)/test-vm.log; lane=$(CACHE)/test-lane.log; faults=$(CACHE)/test-faults.log; mkdir -p $(CACHE); \
-	ag=/proc/sys/kernel/sched_autogroup_enabled; \
-	if [ "$$(cat $$ag 2>/dev/null)" = 1 ]; then \
-		echo 0 >$$ag || { echo "make test: cannot turn the kernel's autogroup scheduling off ($$ag): run as root"; exit 1; }; \
-		trap 'echo 1 >'$$ag EXIT; \
-		echo "make test: the kernel's autogroup scheduling is off until the run ends (else each session the lane starts, every service in its nspawn machines among them, gets a CPU share equal to the vm's whatever its nice)"; \
-	fi; \
 	echo "make test: test-vm runs in the background (log: $$log) beside the other suites at nice 15 (log: $$lane)"; \
 	start=$$(date +%s); \
 	( $(TEST_VM) ) >$$log 2>&1 & vm=$$!; \
