@@ -301,8 +301,8 @@ func (r *run) churn(ctx context.Context) {
 }
 
 // sampleMounts counts the node's mount table every 5 s, to read the slowest restarts
-// against: systemd sets up a unit's mount namespace (ProtectSystem=, ReadWritePaths=) in
-// a time that grows with it.
+// against: the table's size (systemd sets a sandboxed unit's mounts up in a time that
+// grows with it) and how long the count took (a slow one says the whole machine stalled).
 func (r *run) sampleMounts(ctx context.Context) {
 	for {
 		select {

@@ -641,12 +641,19 @@ func (g *gateExecer) ExecSync(ctx context.Context, id string, _ []string, _ time
 	}
 }
 
-func TestResultOfReplacedContainerIsDropped(t *testing.T) {
+// gatedManager is a Manager on a fake clock, with no first-probe jitter, whose exec probes
+// run when g releases them.
+func gatedManager(t *testing.T) (*gateExecer, *testclock.FakeClock, *Manager) {
 	g := &gateExecer{started: make(chan string), release: make(chan int32)}
 	fc := testclock.NewFakeClock(epoch)
 	m := NewManager(g, fc, nil, nil)
-	defer m.Stop()
+	t.Cleanup(m.Stop)
 	m.jitter = func(time.Duration) time.Duration { return 0 }
+	return g, fc, m
+}
+
+func TestResultOfReplacedContainerIsDropped(t *testing.T) {
+	g, fc, m := gatedManager(t)
 	go func() {
 		for range m.Updates() {
 		}
@@ -678,11 +685,7 @@ func TestResultOfReplacedContainerIsDropped(t *testing.T) {
 // A liveness run that began before the pod's deletion and fails after it (a preStop hook
 // removed what it checks) is dropped: no Unhealthy event, no failure to restart for.
 func TestALivenessRunOverlappingTheDeletionIsDropped(t *testing.T) {
-	g := &gateExecer{started: make(chan string), release: make(chan int32)}
-	fc := testclock.NewFakeClock(epoch)
-	m := NewManager(g, fc, nil, nil)
-	defer m.Stop()
-	m.jitter = func(time.Duration) time.Duration { return 0 }
+	g, fc, m := gatedManager(t)
 	var mu sync.Mutex
 	var events, updates []string
 	m.RecordEvents(func(_ *corev1.Pod, _, reason, message string) {

@@ -169,13 +169,7 @@ func (w *worker) probe(ctx context.Context) bool {
 		return false
 	}
 
-	// A pod being deleted is not restarted for liveness: settle on success and stop.
-	if t.pod.DeletionTimestamp != nil && (w.kind == Liveness || w.kind == Startup) {
-		m.mu.Lock()
-		if !w.removed && ct.id == t.containerID {
-			w.setLocked(success, "")
-		}
-		m.mu.Unlock()
+	if w.settledForDeletion(t.containerID) {
 		w.log.Debug("pod is being deleted, probe stops")
 		return false
 	}
@@ -196,17 +190,9 @@ func (w *worker) probe(ctx context.Context) bool {
 	// The pod's deletion came while the run went on (a preStop hook may have removed what
 	// the probe checks): its outcome is dropped as that of a run begun after it would be.
 	// The kubelet keeps it, and may report the container Unhealthy as it terminates.
-	if w.kind == Liveness || w.kind == Startup {
-		m.mu.Lock()
-		deleting := ct.pod.DeletionTimestamp != nil
-		if deleting && !w.removed && ct.id == t.containerID {
-			w.setLocked(success, "")
-		}
-		m.mu.Unlock()
-		if deleting {
-			w.log.Debug("pod deletion seen while the probe ran: its outcome is dropped, probe stops")
-			return false
-		}
+	if w.settledForDeletion(t.containerID) {
+		w.log.Debug("pod deletion seen while the probe ran: its outcome is dropped, probe stops")
+		return false
 	}
 	if err != nil {
 		w.log.Debug("probe could not run", "containerID", t.containerID, "err", err)
@@ -249,6 +235,25 @@ func (w *worker) probe(ctx context.Context) bool {
 	// rest until the next container instance.
 	if (w.kind == Liveness && o == failure) || w.kind == Startup {
 		w.onHold, w.streak = true, 0
+	}
+	return true
+}
+
+// settledForDeletion reports whether the pod is being deleted and w is a liveness or
+// startup probe, which a deletion ends: it settles on success (for instance id, if still
+// the container's) and probes no more.
+func (w *worker) settledForDeletion(id string) bool {
+	if w.kind != Liveness && w.kind != Startup {
+		return false
+	}
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.ct.pod.DeletionTimestamp == nil {
+		return false
+	}
+	if !w.removed && w.ct.id == id {
+		w.setLocked(success, "")
 	}
 	return true
 }
