@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubetypes "k8s.io/kubelet/pkg/types"
@@ -232,7 +234,7 @@ func (r *Relister) Relist(ctx context.Context) error {
 	}
 	r.lastTick = start
 	seq := r.nextSeq()
-	pods, err := r.list(ctx)
+	rd, err := r.list(ctx)
 	r.duration.Observe(r.clk.Since(start).Seconds())
 	r.mu.Lock()
 	if err != nil {
@@ -240,9 +242,17 @@ func (r *Relister) Relist(ctx context.Context) error {
 		r.mu.Unlock()
 		return err
 	}
+	pods := rd.pods
 	prints := make(map[types.UID]string, len(pods))
 	for uid, p := range pods {
 		prints[uid] = fingerprint(p)
+	}
+	// A pod this relist could not read keeps its last view, to be read again next time.
+	for uid, err := range rd.unread {
+		r.log.Warn("read the pod's runtime state; keeping its last view", "pod", uid, "err", err)
+		if p, ok := r.pods[uid]; ok {
+			pods[uid], prints[uid] = p, r.prints[uid]
+		}
 	}
 	// A pod an event re-read after this relist began keeps that newer view.
 	for uid, at := range r.readAt {
@@ -280,16 +290,16 @@ func (r *Relister) Relist(ctx context.Context) error {
 
 // list builds the pods from the runtime, fetching the details of new or changed sandboxes
 // and containers.
-func (r *Relister) list(ctx context.Context) (map[types.UID]*Pod, error) {
+func (r *Relister) list(ctx context.Context) (*read, error) {
 	details, ips := r.caches()
-	pods, details, ips, err := collect(ctx, r.rt, r.log, "", details, ips)
+	rd, err := collect(ctx, r.rt, r.log, "", details, ips)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.details, r.sbIPs = details, ips
+	r.details, r.sbIPs = rd.details, rd.ips
 	r.mu.Unlock()
-	return pods, nil
+	return rd, nil
 }
 
 // caches are the details the last relist and the reads of single pods since fetched. They
@@ -313,19 +323,22 @@ func (r *Relister) nextSeq() uint64 {
 func (r *Relister) refresh(ctx context.Context, uid types.UID) (bool, error) {
 	seq := r.nextSeq()
 	details, ips := r.caches()
-	pods, details, ips, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	rd, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	if err == nil {
+		err = rd.unread[uid]
+	}
 	if err != nil {
 		return false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rememberLocked(details, ips)
+	r.rememberLocked(rd.details, rd.ips)
 	if r.readAt[uid] > seq {
 		return false, nil
 	}
 	r.readAt[uid] = seq
 	old, had := r.prints[uid]
-	p := pods[uid]
+	p := rd.pods[uid]
 	if p == nil {
 		delete(r.pods, uid)
 		delete(r.prints, uid)
@@ -345,14 +358,17 @@ func (r *Relister) refresh(ctx context.Context, uid types.UID) (bool, error) {
 // detail once.
 func (r *Relister) Inspect(ctx context.Context, uid types.UID) (*Pod, error) {
 	details, ips := r.caches()
-	pods, details, ips, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	rd, err := collect(ctx, r.rt, r.log, uid, details, ips)
+	if err == nil {
+		err = rd.unread[uid]
+	}
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.rememberLocked(details, ips)
+	r.rememberLocked(rd.details, rd.ips)
 	r.mu.Unlock()
-	return pods[uid], nil
+	return rd.pods[uid], nil
 }
 
 // rememberLocked adds the details a read of one pod fetched to the caches. The caches are
@@ -379,10 +395,20 @@ func (r *Relister) rememberLocked(details map[string]*Container, ips map[string]
 	}
 }
 
+// read is what one read of the runtime saw.
+type read struct {
+	pods map[types.UID]*Pod
+	// details and ips are the caches for the next read.
+	details map[string]*Container
+	ips     map[string][]string
+	// unread are the pods left out because a detail of theirs could not be read, and why.
+	unread map[types.UID]error
+}
+
 // collect lists the runtime's sandboxes and containers (of one pod when uid is set) and
 // groups them by pod. Details of sandboxes and containers whose state has not changed come
-// from the caches; it returns the caches for the next call.
-func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, cachedDetails map[string]*Container, cachedIPs map[string][]string) (map[types.UID]*Pod, map[string]*Container, map[string][]string, error) {
+// from the caches.
+func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, cachedDetails map[string]*Container, cachedIPs map[string][]string) (*read, error) {
 	sbReq, cReq := &runtimeapi.ListPodSandboxRequest{}, &runtimeapi.ListContainersRequest{}
 	if uid != "" {
 		sel := map[string]string{kubetypes.KubernetesPodUIDLabel: string(uid)}
@@ -391,11 +417,11 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 	}
 	sbs, err := rt.ListPodSandbox(ctx, sbReq)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("list pod sandboxes: %w", err)
+		return nil, fmt.Errorf("list pod sandboxes: %w", err)
 	}
 	ctrs, err := rt.ListContainers(ctx, cReq)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("list containers: %w", err)
+		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	pods := map[types.UID]*Pod{}
 	pod := func(labels map[string]string) *Pod {
@@ -427,7 +453,7 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 		} else if sb.Ready {
 			st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("status of pod sandbox %s of %s/%s: %w", s.Id, p.Namespace, p.Name, err)
+				return nil, fmt.Errorf("status of pod sandbox %s of %s/%s: %w", s.Id, p.Namespace, p.Name, err)
 			}
 			sb.IPs = SandboxIPs(st.GetStatus())
 		}
@@ -435,6 +461,7 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 		p.Sandboxes = append(p.Sandboxes, sb)
 	}
 	details := map[string]*Container{}
+	unread := map[types.UID]error{}
 	for _, c := range ctrs.Containers {
 		p := pod(c.Labels)
 		if p == nil {
@@ -443,15 +470,24 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 		d := cachedDetails[c.Id]
 		if d == nil || d.State != c.State {
 			st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
-			if err != nil {
+			if status.Code(err) == codes.NotFound {
 				// Removed between the list and now: the next relist does not see it.
 				log.Debug("container status", "container", c.Id, "err", err)
+				continue
+			}
+			if err != nil {
+				// The pod is not read this time: a view without this container would
+				// show it gone (its restart count lost, the pod back to Pending).
+				unread[p.UID] = fmt.Errorf("status of container %s of %s/%s: %w", c.Id, p.Namespace, p.Name, err)
 				continue
 			}
 			d = fromStatus(st.Status, c)
 		}
 		details[c.Id] = d
 		p.Containers = append(p.Containers, d)
+	}
+	for uid := range unread {
+		delete(pods, uid)
 	}
 	for _, p := range pods {
 		// A pod's sandboxes are numbered by attempt, each one more than the newest before.
@@ -471,7 +507,7 @@ func collect(ctx context.Context, rt Runtime, log *slog.Logger, uid types.UID, c
 		})
 		byAttempt(p.Containers)
 	}
-	return pods, details, ips, nil
+	return &read{pods: pods, details: details, ips: ips, unread: unread}, nil
 }
 
 // byAttempt orders the instances of each container among the places they hold in cs,

@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -22,12 +25,14 @@ import (
 
 // memRuntime is an in-memory CRI runtime that counts the detail calls it answers.
 type memRuntime struct {
-	mu           sync.Mutex
-	sandboxes    []*runtimeapi.PodSandbox
-	containers   []*runtimeapi.Container
-	mounts       map[string][]*runtimeapi.Mount // container ID → mounts in its status
-	listErr      error
-	ctrStatus    map[string]int // ContainerStatus calls by container ID
+	mu         sync.Mutex
+	sandboxes  []*runtimeapi.PodSandbox
+	containers []*runtimeapi.Container
+	mounts     map[string][]*runtimeapi.Mount // container ID → mounts in its status
+	listErr    error
+	ctrStatus  map[string]int // ContainerStatus calls by container ID
+	// ctrStatusErr, when set for a container ID, is what ContainerStatus answers for it.
+	ctrStatusErr map[string]error
 	sbStatus     map[string]int // PodSandboxStatus calls by sandbox ID
 	listFilters  []map[string]string
 	ctrListCalls int
@@ -37,7 +42,7 @@ type memRuntime struct {
 }
 
 func newMemRuntime() *memRuntime {
-	return &memRuntime{mounts: map[string][]*runtimeapi.Mount{}, ctrStatus: map[string]int{}, sbStatus: map[string]int{}}
+	return &memRuntime{mounts: map[string][]*runtimeapi.Mount{}, ctrStatus: map[string]int{}, sbStatus: map[string]int{}, ctrStatusErr: map[string]error{}}
 }
 
 func podLabels(uid, name, ns, container string) map[string]string {
@@ -108,6 +113,9 @@ func (f *memRuntime) ContainerStatus(_ context.Context, in *runtimeapi.Container
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ctrStatus[in.ContainerId]++
+	if err := f.ctrStatusErr[in.ContainerId]; err != nil {
+		return nil, err
+	}
 	for _, c := range f.containers {
 		if c.Id != in.ContainerId {
 			continue
@@ -122,7 +130,7 @@ func (f *memRuntime) ContainerStatus(_ context.Context, in *runtimeapi.Container
 		}
 		return &runtimeapi.ContainerStatusResponse{Status: st}, nil
 	}
-	return nil, errors.New("not found")
+	return nil, status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", in.ContainerId)
 }
 
 func (f *memRuntime) setState(id string, s runtimeapi.ContainerState) {
@@ -667,5 +675,78 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatalf("condition not met in 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A container whose status the runtime fails to give (containerd busy or just restarted)
+// must not vanish from its pod: that view would show the container never created, its
+// restart count 0 and the pod Pending again. The pod keeps its last view until it can be
+// read, and a read of that pod fails; a container the runtime no longer has (NotFound)
+// drops out as before.
+func TestAContainerWhoseStatusFailsKeepsThePodsLastView(t *testing.T) {
+	rt := newMemRuntime()
+	rt.sandboxes = []*runtimeapi.PodSandbox{sandbox("sa", "a", 10, 1, true), sandbox("sb", "b", 10, 0, true)}
+	rt.containers = []*runtimeapi.Container{
+		container("a0", "a", "sa", "main", 100, 0, exited),
+		container("a1", "a", "sa", "main", 200, 1, running),
+		container("b1", "b", "sb", "web", 100, 0, running),
+	}
+	var changed []types.UID
+	r := New(rt, time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, quietLog(), func(uids []types.UID) { changed = uids })
+	ctx := context.Background()
+	if err := r.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// a1 exits and b1 exits; the runtime then fails a1's status.
+	rt.setState("a1", exited)
+	rt.setState("b1", exited)
+	rt.mu.Lock()
+	rt.ctrStatusErr["a1"] = status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	rt.mu.Unlock()
+	changed = nil
+	if err := r.Relist(ctx); err != nil {
+		t.Fatalf("relist failed for one pod's container: %v", err)
+	}
+	if got := containerIDs(r.Pod("a")); !slices.Equal(got, []string{"a1", "a0"}) {
+		t.Errorf("pod a after a failed status of a1: containers %v, want its last view [a1 a0]", got)
+	}
+	if c := r.Pod("a").Latest("main"); c == nil || c.State != running || c.Attempt != 1 {
+		t.Errorf("pod a's main after a failed status: %+v, want a1 running, attempt 1 (the last view)", c)
+	}
+	if c := r.Pod("b").Latest("web"); c == nil || c.State != exited {
+		t.Errorf("pod b's web: %+v, want exited (the other pods are read)", c)
+	}
+	if !slices.Equal(changed, []types.UID{"b"}) {
+		t.Errorf("changed %v, want [b]: pod a was not read", changed)
+	}
+	if p, err := r.Inspect(ctx, "a"); err == nil || !strings.Contains(err.Error(), "a1") {
+		t.Errorf("Inspect of pod a: %v, %v; want an error naming container a1", p, err)
+	}
+	if _, err := r.Inspect(ctx, "b"); err != nil {
+		t.Errorf("Inspect of pod b: %v", err)
+	}
+
+	// The runtime answers again: the pod is read.
+	rt.mu.Lock()
+	delete(rt.ctrStatusErr, "a1")
+	rt.mu.Unlock()
+	if err := r.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Pod("a").Latest("main"); c == nil || c.ID != "a1" || c.State != exited {
+		t.Errorf("pod a's main once the runtime answers: %+v, want a1 exited", c)
+	}
+
+	// A container removed between the list and its status drops out of the view.
+	rt.setState("a0", running)
+	rt.mu.Lock()
+	rt.ctrStatusErr["a0"] = status.Error(codes.NotFound, "not found")
+	rt.mu.Unlock()
+	if err := r.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := containerIDs(r.Pod("a")); !slices.Equal(got, []string{"a1"}) {
+		t.Errorf("pod a with a0 not found: containers %v, want [a1]", got)
 	}
 }
