@@ -353,7 +353,10 @@ func terminalPhase(apps []corev1.ContainerStatus) corev1.PodPhase {
 
 // phase is the pod's phase from its containers' statuses (the kubelet's getPhase).
 // Sidecars count as running while they run; one that has not started holds the pod
-// Pending only until it is initialized; a stopped sidecar does not count.
+// Pending only until it is initialized; a stopped sidecar does not count. A pod initialized
+// once (initialized is also true once an app container has run) is not Pending again while
+// a new sandbox runs its init containers again: the kubelet's phase falls back to Pending
+// then, a status going backwards that unitlet does not report.
 func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bool) corev1.PodPhase {
 	pendingInit, pendingSidecars, failedInit := 0, 0, 0
 	running, waiting, stopped, succeeded := 0, 0, 0, 0
@@ -401,7 +404,7 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bo
 	switch {
 	case failedInit > 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
 		return corev1.PodFailed
-	case pendingInit > 0 || failedInit > 0 || pendingSidecars > 0 && !initialized:
+	case (pendingInit > 0 || failedInit > 0 || pendingSidecars > 0) && !initialized:
 		return corev1.PodPending
 	case waiting > 0:
 		return corev1.PodPending

@@ -308,8 +308,11 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			return sandboxRetry, err
 		}
 		w.trace.mark(phaseSandbox, w.m.o.Clock.Now())
-		// A new sandbox runs init containers again from the start.
-		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, Sandboxes: []*relist.Sandbox{sb}}
+		// A new sandbox runs init containers again from the start (what follows looks at
+		// the instances in sb only); the old sandboxes' instances stay in the view, so
+		// that restart counts go on from them, as the kubelet's do.
+		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+			Sandboxes: append([]*relist.Sandbox{sb}, rp.GetSandboxes()...), Containers: podContainers(rp)}
 	}
 	sbCfg, err := criconfig.SandboxConfig(pod, sb.Attempt, w.m.o.CRI)
 	if err != nil {

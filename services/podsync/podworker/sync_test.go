@@ -728,6 +728,108 @@ func TestSyncRestartPolicy(t *testing.T) {
 	}
 }
 
+// newest is the ID of the named container's newest instance, and its sandbox's attempt.
+func (f *memCRI) newest(name string) (id string, sandboxAttempt uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var at int64
+	for _, c := range f.containers {
+		if c.cfg.GetMetadata().GetName() == name && c.created > at {
+			id, at = c.id, c.created
+			sandboxAttempt = f.sandboxes[c.sandboxID].cfg.GetMetadata().GetAttempt()
+		}
+	}
+	return id, sandboxAttempt
+}
+
+// loseSandbox makes the pod's ready sandbox not ready, as containerd reports one whose
+// task it lost across its own restart; its containers stay as they were.
+func (f *memCRI) loseSandbox(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, sb := range f.sandboxes {
+		if sb.ready {
+			sb.ready = false
+			return
+		}
+	}
+	t.Fatal("no ready sandbox")
+}
+
+// A running pod whose sandbox the runtime loses gets a new one, and its containers' restart
+// counts go on from the instances of the old sandbox, as the kubelet's do: each new
+// instance is one attempt more than the newest before, and no status the pod reports in
+// between goes backwards (its restart counts lower, or Pending after Running while init
+// containers run again in the new sandbox; unitlet is stricter there than the kubelet,
+// whose phase falls back to Pending).
+func TestSyncANewSandboxKeepsRestartCountsAndThePhase(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		inits      []string
+		wantCreate []string
+	}{
+		{"no init containers", nil, []string{"app attempt=0", "app attempt=1", "app attempt=2"}},
+		{"an init container", []string{"init"}, []string{"init attempt=0", "app attempt=0", "app attempt=1", "init attempt=1", "app attempt=2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(corev1.RestartPolicyAlways, tc.inits, "app")
+			h.m.Update(pod, "api")
+			if tc.inits != nil {
+				h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+				cri.exit(t, "init", 0)
+				h.m.Trigger(pod.UID)
+			}
+			h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			cri.exit(t, "app", 1)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "app running again", func(o Observed) bool {
+				return isRunning(o, "app") && statusOf(o, "app").RestartCount == 1
+			})
+
+			cri.loseSandbox(t)
+			h.m.Trigger(pod.UID)
+			if tc.inits != nil {
+				h.ev.waitFor(t, "init running in the new sandbox", func(o Observed) bool {
+					return isRunning(o, "init") && slices.Equal(cri.callsOf("StartContainer"), []string{"init", "app", "app", "init"})
+				})
+				cri.exit(t, "init", 0)
+				h.m.Trigger(pod.UID)
+			}
+			o := h.ev.waitFor(t, "app running in the new sandbox", func(o Observed) bool {
+				id, sbAttempt := cri.newest("app")
+				return isRunning(o, "app") && statusOf(o, "app").ContainerID == "containerd://"+id && sbAttempt == 1
+			})
+			if got := statusOf(o, "app").RestartCount; got != 2 {
+				t.Errorf("app restartCount %d in the new sandbox, want 2", got)
+			}
+			if got := cri.callsOf("CreateContainer"); !slices.Equal(got, tc.wantCreate) {
+				t.Errorf("created %v, want %v", got, tc.wantCreate)
+			}
+			if got := cri.callsOf("RunPodSandbox"); !slices.Equal(got, []string{"web attempt=0", "web attempt=1"}) {
+				t.Errorf("sandboxes %v, want attempts 0 and 1", got)
+			}
+			h.ev.mu.Lock()
+			defer h.ev.mu.Unlock()
+			wasRunning, restarts := false, map[string]int32{}
+			for _, r := range h.ev.reports {
+				if wasRunning && r.Status.Phase == corev1.PodPending {
+					t.Errorf("phase Pending after Running: %s", describe(r.Status))
+				}
+				wasRunning = wasRunning || r.Status.Phase == corev1.PodRunning
+				for _, cs := range append(append([]corev1.ContainerStatus{}, r.Status.InitContainerStatuses...), r.Status.ContainerStatuses...) {
+					if cs.RestartCount < restarts[cs.Name] {
+						t.Errorf("%s restartCount %d after %d: %s", cs.Name, cs.RestartCount, restarts[cs.Name], describe(r.Status))
+					}
+					restarts[cs.Name] = max(restarts[cs.Name], cs.RestartCount)
+				}
+			}
+		})
+	}
+}
+
 func TestSyncStartsAgainAtOnceAStartTheRuntimeAbandoned(t *testing.T) {
 	for _, policy := range []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure, corev1.RestartPolicyAlways} {
 		t.Run(string(policy), func(t *testing.T) {
