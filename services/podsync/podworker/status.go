@@ -292,6 +292,11 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: defaultWaiting}
 	}
+	if cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil && prev != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		// An instance created and not started yet: the one before is its lastState, as the
+		// kubelet shows it, so that the pod stays Running while its container restarts.
+		cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
+	}
 	if cs.Started == nil {
 		f := false
 		cs.Started = &f

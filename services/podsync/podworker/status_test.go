@@ -482,6 +482,25 @@ func TestContainerStatusMapping(t *testing.T) {
 	}
 }
 
+// A new instance created and not started yet waits with the instance before it as its
+// lastState, as the kubelet shows it: the pod stays Running, its restart count the new
+// instance's.
+func TestAnInstanceCreatedAfterAnExitKeepsThePodRunning(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, nil, "app")
+	f := newStatusFixture(pod, nil)
+	st := f.w.status(pod, runtimePod(inst("app", 2, runtimeapi.ContainerState_CONTAINER_CREATED, 0), inst("app", 1, cExited, 1)), state{pod: pod})
+	cs := st.ContainerStatuses[0]
+	if cs.State.Waiting == nil || cs.RestartCount != 2 {
+		t.Errorf("app %+v, want waiting with restartCount 2", cs)
+	}
+	if lt := cs.LastTerminationState.Terminated; lt == nil || lt.ExitCode != 1 || lt.ContainerID != "containerd://app-1" {
+		t.Errorf("lastState %+v, want the exit 1 of app-1", lt)
+	}
+	if st.Phase != corev1.PodRunning {
+		t.Errorf("phase %s, want Running", st.Phase)
+	}
+}
+
 func TestInitContainerStatus(t *testing.T) {
 	pod := testPod(corev1.RestartPolicyAlways, []string{"one", "two"}, "app")
 	f := newStatusFixture(pod, nil)
