@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -143,7 +145,9 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	// It cannot finish before its start was asked.
 	w.sawRunning(c.Name, created.ContainerId, w.m.o.Clock.Now())
 	_, err = w.m.o.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId})
-	w.m.journal.end(created.ContainerId)
+	if !startOutcomeUnknown(err) {
+		w.m.journal.end(created.ContainerId)
+	}
 	if err != nil {
 		w.setWaiting(c.Name, "RunContainerError", err.Error())
 		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -167,6 +171,20 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		}
 	}
 	return nil
+}
+
+// startOutcomeUnknown reports whether a StartContainer call failed without an answer: the
+// runtime went away during the call (containerd killed or restarted), or the call ran out of
+// time or was cancelled. The start stays in the journal, as one a killed podsync left: an
+// instance that never ran (containerd 1.6 leaves it unknown, then exited with no start
+// time once it is stopped) is then removed and started afresh, not taken for a failure of
+// the container's, which under restartPolicy Never would fail the pod.
+func startOutcomeUnknown(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 func postStart(c *corev1.Container) *corev1.LifecycleHandler {

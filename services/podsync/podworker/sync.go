@@ -515,7 +515,15 @@ func (w *worker) interruptedStart(c *relist.Container) bool {
 func (w *worker) removeUnstarted(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, sbID string) (bool, error) {
 	removed := false
 	for _, c := range rp.Containers {
-		if c.SandboxID != sbID || !w.interruptedStart(c) {
+		if c.SandboxID != sbID {
+			continue
+		}
+		if !c.StartedAt.IsZero() {
+			// It ran: a start of it the journal kept (its outcome unknown) did happen.
+			w.m.journal.end(c.ID)
+			continue
+		}
+		if !w.interruptedStart(c) {
 			continue
 		}
 		w.m.o.Log.Info("removing a container created but never started", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)

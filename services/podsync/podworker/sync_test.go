@@ -70,6 +70,9 @@ type memCRI struct {
 	// unremovable are the containers RemoveContainer refuses, as containerd 2.x refuses one
 	// whose start it abandoned.
 	unremovable map[string]bool
+	// startLost is, by container name, how many starts fail as when containerd is killed
+	// during the call: an Unavailable error, the container left in the unknown state.
+	startLost map[string]int
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -160,6 +163,11 @@ func (f *memCRI) StartContainer(_ context.Context, in *runtimeapi.StartContainer
 		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 128, time.Now()
 		c.reason, c.message = "StartError", "failed to create containerd task: failed to get task pid: context canceled"
 		return nil, context.Canceled
+	}
+	if name := c.cfg.GetMetadata().GetName(); f.startLost[name] > 0 {
+		f.startLost[name]--
+		c.state = runtimeapi.ContainerState_CONTAINER_UNKNOWN
+		return nil, status.Error(codes.Unavailable, "error reading from server: EOF")
 	}
 	c.state, c.started = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now()
 	return &runtimeapi.StartContainerResponse{}, nil
@@ -493,6 +501,8 @@ type harness struct {
 	cri *memCRI
 	ev  *events
 	m   *Manager
+	// stop ends the manager, as a podsync that stops (the test's cleanup does it too).
+	stop func()
 }
 
 func newHarness(t *testing.T, cri *memCRI) *harness {
@@ -526,11 +536,12 @@ func newHarnessOpts(t *testing.T, cri *memCRI, set func(*Options)) *harness {
 		_ = m.Run(ctx)
 		close(done)
 	}()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		<-done
 	})
-	return &harness{cri: cri, ev: ev, m: m}
+	t.Cleanup(stop)
+	return &harness{cri: cri, ev: ev, m: m, stop: stop}
 }
 
 func syncPod(policy corev1.RestartPolicy, inits []string, apps ...string) *corev1.Pod {
@@ -875,6 +886,59 @@ func TestSyncStartsAgainAtOnceAStartTheRuntimeAbandoned(t *testing.T) {
 				t.Errorf("events %v: an abandoned start is not the workload's failure", h.ev.recorded)
 			}
 		})
+	}
+}
+
+// containerd killed during StartContainer: the call fails Unavailable and, back, containerd
+// has the container in the unknown state (1.6: its task was being created); stopped, it
+// is exited with no start time. Its start stays in the journal, so a podsync that restarts
+// after stopping it, and has forgotten doing so, still knows that instance never ran: it
+// is removed and started afresh, and a pod under restartPolicy Never does not fail.
+func TestSyncAStartTheRuntimeLostIsStartedAfresh(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	cri.startLost = map[string]int{"app": 1}
+	stateDir := t.TempDir()
+	journal := startJournal{dir: filepath.Join(stateDir, "starting")}
+	pod := syncPod(corev1.RestartPolicyNever, nil, "app")
+
+	// The first podsync: the start is lost, and the instance is stopped (unknown state);
+	// this podsync ends before it syncs the pod again.
+	h := newHarnessOpts(t, cri, func(o *Options) { o.StateDir = stateDir })
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "the failed start reported", func(o Observed) bool {
+		return statusOf(o, "app").State.Waiting != nil && statusOf(o, "app").State.Waiting.Reason == "RunContainerError"
+	})
+	h.stop()
+	lost, _ := cri.newest("app")
+	if !journal.interrupted(lost) {
+		t.Fatalf("the start journal does not name %s after its start failed Unavailable", lost)
+	}
+	if _, err := cri.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: lost}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next podsync.
+	h = newHarnessOpts(t, cri, func(o *Options) { o.StateDir = stateDir })
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	if o.Status.Phase != corev1.PodRunning || statusOf(o, "app").RestartCount != 0 {
+		t.Errorf("phase %s, app %+v; want Running, restart count 0 (the lost start never ran)", o.Status.Phase, statusOf(o, "app"))
+	}
+	if got := cri.callsOf("RemoveContainer"); !slices.Equal(got, []string{"app"}) {
+		t.Errorf("RemoveContainer calls %v, want the lost instance removed", got)
+	}
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"app attempt=0", "app attempt=0"}) {
+		t.Errorf("created %v, want app attempt 0 twice", got)
+	}
+	if journal.interrupted(lost) {
+		t.Errorf("the start journal still names %s", lost)
+	}
+	h.ev.mu.Lock()
+	defer h.ev.mu.Unlock()
+	for _, r := range h.ev.reports {
+		if r.Status.Phase == corev1.PodFailed {
+			t.Errorf("the pod reported Failed: %s", describe(r.Status))
+		}
 	}
 }
 
