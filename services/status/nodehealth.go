@@ -115,7 +115,10 @@ func (h *nodeHealth) results(ctx context.Context) map[string]error {
 
 // healthy asks a service for its gRPC health and its GetInfo, within timeout.
 func healthy(parent context.Context, socketDir, svc string, timeout time.Duration) error {
-	conn, err := bus.Dial(socketDir, svc)
+	// The connection waits longer than the call: a call the socket took then runs out of
+	// its own time (waiting), rather than failing Unavailable when gRPC gives up on the
+	// greeting of a service still starting.
+	conn, err := bus.Dial(socketDir, svc, bus.WithConnectTimeout(timeout+time.Second))
 	if err != nil {
 		return fmt.Errorf("unitlet-%s unreachable: %v", svc, err)
 	}

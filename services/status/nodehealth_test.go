@@ -104,6 +104,17 @@ func TestACallQueuedOnASocketIsWaitingNotRefused(t *testing.T) {
 	if !errors.Is(err, nodestatus.ErrNoAnswerYet) || !strings.HasPrefix(err.Error(), "unitlet-eviction unreachable: ") {
 		t.Errorf("check of a queued call: %v (ErrNoAnswerYet: %t), want it waiting", err, errors.Is(err, nodestatus.ErrNoAnswerYet))
 	}
+	// Queued longer than the bus's connect timeout (2 s): gRPC closes a connection whose
+	// server has not greeted it by then, and the call failed Unavailable ("error reading
+	// server preface: use of closed network connection") where it only waited. Run 15 of
+	// the fault suite had the node NotReady 20 s for a unitlet-config restart.
+	for _, timeout := range []time.Duration{nodeHealthTimeout, healthTimeout} {
+		start := time.Now()
+		err = healthy(context.Background(), dir, "eviction", timeout)
+		if !errors.Is(err, nodestatus.ErrNoAnswerYet) || time.Since(start) < timeout {
+			t.Errorf("check of a call queued for its whole timeout %s: %v after %s (ErrNoAnswerYet: %t), want it waiting to the end", timeout, err, time.Since(start).Round(time.Millisecond), errors.Is(err, nodestatus.ErrNoAnswerYet))
+		}
+	}
 	// No socket: refused, not waiting.
 	err = healthy(context.Background(), dir, "volumes", 5*time.Second)
 	if err == nil || errors.Is(err, nodestatus.ErrNoAnswerYet) {

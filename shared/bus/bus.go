@@ -39,21 +39,30 @@ func DialPath(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(peercred.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithChainUnaryInterceptor(defaultDeadline(DefaultTimeout)),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  50 * time.Millisecond,
-				Multiplier: 1.6,
-				Jitter:     0.2,
-				MaxDelay:   2 * time.Second,
-			},
-			MinConnectTimeout: 2 * time.Second,
-		}),
+		WithConnectTimeout(2 * time.Second),
 	}, opts...)
 	conn, err := grpc.NewClient("unix://"+path, all...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", path, err)
 	}
 	return conn, nil
+}
+
+// WithConnectTimeout is a dial option: how long a connection waits for the service to greet
+// it before gRPC closes it and tries again with backoff (the bus's default: 2 s). While a
+// service restarts under socket activation its socket takes connections and nobody greets
+// them; a call that must tell that waiting from a refusal needs a connect timeout longer
+// than its own deadline.
+func WithConnectTimeout(d time.Duration) grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{
+			BaseDelay:  50 * time.Millisecond,
+			Multiplier: 1.6,
+			Jitter:     0.2,
+			MaxDelay:   2 * time.Second,
+		},
+		MinConnectTimeout: d,
+	})
 }
 
 func defaultDeadline(d time.Duration) grpc.UnaryClientInterceptor {
