@@ -143,9 +143,11 @@ func TestPodspecKubectlDebugAttach(t *testing.T) {
 	createPod(t, busyboxPod("eph-attach", "exec sleep 31338"))
 	apiPodRunningReady(t, "eph-attach", time.Minute)
 
-	out, err := kubectlInput(ctx, t, "hello\n", "debug", "-i", "eph-attach",
+	// The container asks until it is answered: its first questions go to the log only,
+	// before kubectl attaches, and the answer is typed once one reached kubectl.
+	out, err := kubectlAnswer(ctx, t, "name?", "hello\n", "debug", "-i", "eph-attach",
 		"--image="+harness.BusyboxImage, "--image-pull-policy=Never", "--target=main", "-c", "dbg", "--",
-		"sh", "-c", `read line; echo "got $line"; cat /proc/1/cmdline; echo`)
+		"sh", "-c", `until read -t 1 line; do echo "name?"; done; echo "got $line"; cat /proc/1/cmdline; echo`)
 	if err != nil || !strings.Contains(out, "got hello") || !strings.Contains(out, "sleep\x0031338") {
 		logs, lerr := kubectl(ctx, t, "logs", "eph-attach", "-c", "dbg")
 		t.Errorf("kubectl debug -i --target=main: %v\n%q\nwant what was typed echoed and the target's sleep 31338; the container's log: %q (%v)",

@@ -62,21 +62,25 @@ func waitNodeReady(t *testing.T, within time.Duration) *corev1.Node {
 // kubectl runs the stack's kubectl as the cluster admin.
 func kubectl(ctx context.Context, t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	return kubectlInput(ctx, t, "", args...)
-}
-
-// kubectlInput runs the stack's kubectl as the cluster admin with input on its stdin. The
-// stdin stays open until kubectl exits: containerd ends an attach (of a container without
-// stdinOnce) as soon as the client's stdin closes, before the container's answer.
-func kubectlInput(ctx context.Context, t *testing.T, input string, args ...string) (string, error) {
-	t.Helper()
 	cmd := kubectlCmd(ctx, t, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if input == "" {
-		err := cmd.Run()
-		return out.String(), err
-	}
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// kubectlAnswer runs the stack's kubectl as the cluster admin and writes answer to its
+// stdin once its output shows prompt. An attach must see the container's output before it
+// types: containerd copies an attach's stdin to the container before it adds the attach's
+// stdout to the container's output, so an answer the container gives at once to input
+// sent with the attach can miss the attach (it is in the log only). The stdin stays open
+// until kubectl exits: containerd ends an attach (of a container without stdinOnce) as
+// soon as the client's stdin closes, before the container's answer.
+func kubectlAnswer(ctx context.Context, t *testing.T, prompt, answer string, args ...string) (string, error) {
+	t.Helper()
+	cmd := kubectlCmd(ctx, t, args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -84,9 +88,41 @@ func kubectlInput(ctx context.Context, t *testing.T, input string, args ...strin
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
-	_, _ = io.WriteString(stdin, input)
-	err = cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return out.String(), fmt.Errorf("kubectl ended before its output showed %q: %w", prompt, err)
+		case <-tick.C:
+		}
+		if strings.Contains(out.String(), prompt) {
+			break
+		}
+	}
+	_, _ = io.WriteString(stdin, answer)
+	err = <-done
 	return out.String(), err
+}
+
+// syncBuffer is a buffer one goroutine writes while another reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // kubectlCmd is the stack's kubectl as the cluster admin, with args.
