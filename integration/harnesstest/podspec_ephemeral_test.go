@@ -144,10 +144,13 @@ func TestPodspecKubectlDebugAttach(t *testing.T) {
 	apiPodRunningReady(t, "eph-attach", time.Minute)
 
 	// The container asks until it is answered: its first questions go to the log only,
-	// before kubectl attaches, and the answer is typed once one reached kubectl.
+	// before kubectl attaches, and the answer is typed once one reached kubectl. It stays
+	// a while after its reply: in two make test runs whose lane ran at nice 15 beside the
+	// vm, a container that exited at once after replying left kubectl without the reply
+	// (the log had it), which no run of the test alone under load reproduced.
 	out, err := kubectlAnswer(ctx, t, "name?", "hello\n", "debug", "-i", "eph-attach",
 		"--image="+harness.BusyboxImage, "--image-pull-policy=Never", "--target=main", "-c", "dbg", "--",
-		"sh", "-c", `until read -t 1 line; do echo "name?"; done; echo "got $line"; cat /proc/1/cmdline; echo`)
+		"sh", "-c", `until read -t 1 line; do echo "name?"; done; echo "got $line"; cat /proc/1/cmdline; echo; sleep 5`)
 	if err != nil || !strings.Contains(out, "got hello") || !strings.Contains(out, "sleep\x0031338") {
 		logs, lerr := kubectl(ctx, t, "logs", "eph-attach", "-c", "dbg")
 		t.Errorf("kubectl debug -i --target=main: %v\n%q\nwant what was typed echoed and the target's sleep 31338; the container's log: %q (%v)",
