@@ -459,8 +459,9 @@ func (w *nodeWatch) all() []spell {
 
 // busProbe calls one service's health check over its bus socket ten times a second on a
 // new connection each time. A call that fails (refused, reset, no socket) starts a spell
-// of unreachability that the next answered call ends; a call that waits in the socket's
-// queue while the service restarts and is then answered is waiting, not failing.
+// of unreachability, when it fails, that the next answered call ends; a call that waits in
+// the socket's queue while the service restarts and is then answered is waiting, not
+// failing, and so is the wait of a call that then fails.
 type busProbe struct {
 	svc         string
 	mu          sync.Mutex
@@ -484,7 +485,10 @@ func probeBus(ctx context.Context, svc string) *busProbe {
 			p.calls++
 			switch {
 			case err != nil && p.failing == nil:
-				p.failing = &spell{from: start, why: start.Format("15:04:05.0") + ": " + err.Error()}
+				// From the failure, not the call's start: the call may have waited in the
+				// socket's queue, or been served, before the service went away under it.
+				end := start.Add(took)
+				p.failing = &spell{from: end, why: fmt.Sprintf("%s: %v (the call began %s before)", end.Format("15:04:05.0"), err, took.Round(10*time.Millisecond))}
 			case err == nil && p.failing != nil:
 				p.failing.to = start
 				p.unreachable = append(p.unreachable, *p.failing)
