@@ -625,6 +625,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	// Counting.
 	r.pods.mu.Lock()
 	var restarts, lostRestarts, backwards, failed, lostFailed, stoppedUnstarted, finalLost []string
+	var restartedPods [][2]string // name and uid of pods with a restart counted against unitlet
 	for uid, rec := range r.pods.pods {
 		for name, n := range rec.restarts {
 			// A restart is a second instance that ran: the runtime's started instances,
@@ -640,6 +641,7 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 			lost := min(n, len(rec.lostExits[name]))
 			if n-lost > 0 {
 				restarts = append(restarts, fmt.Sprintf("%s/%s restarted %d times (last: %s)", rec.name, name, n-lost, rec.lastExit[name]))
+				restartedPods = append(restartedPods, [2]string{rec.name, uid})
 			}
 			if lost > 0 {
 				lostRestarts = append(lostRestarts, fmt.Sprintf("%s/%s", rec.name, name))
@@ -662,6 +664,11 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	}
 	total := len(r.pods.pods)
 	r.pods.mu.Unlock()
+	for i, p := range restartedPods {
+		if i < 3 {
+			t.Logf("unitlet-podsync's journal on %s, of the pod %s whose container restarted:\n%s", node, p[0], podJournal(p[0], p[1], 120))
+		}
+	}
 	finalLost = append(finalLost, finalNever...)
 	twiceSandbox, sandboxAfterLost := r.cri.replacedReady()
 	r.cri.mu.Lock()
