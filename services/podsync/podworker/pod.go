@@ -60,9 +60,9 @@ type worker struct {
 	exits   map[string]instanceSeen
 	running map[string]instanceSeen
 	// unknownKilled are, by container name, the instances killed because the runtime no
-	// longer knew their state (killUnknown): an app container among them is started again
-	// whatever the restart policy.
-	unknownKilled map[string]string
+	// longer knew their state (killUnknown), and when the kill was asked: an app container
+	// among them that did not finish before it is started again whatever the restart policy.
+	unknownKilled map[string]instanceSeen
 }
 
 // instanceSeen is a moment of a container instance on the manager's clock.
@@ -85,7 +85,7 @@ func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
 		firstSeen:     m.o.Clock.Now(),
 		wake:          make(chan struct{}, 1),
 		restarts:      map[string]restartRequest{},
-		unknownKilled: map[string]string{},
+		unknownKilled: map[string]instanceSeen{},
 		waiting:       map[string]waitingState{},
 		exits:         map[string]instanceSeen{},
 		running:       map[string]instanceSeen{},

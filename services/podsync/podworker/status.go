@@ -315,7 +315,7 @@ func (w *worker) willRestart(pod *corev1.Pod, c *corev1.Container, cur *relist.C
 	case init:
 		return abandonedStart(cur) || cur.ExitCode != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever
 	}
-	return shouldRestart(pod.Spec.RestartPolicy, cur) || w.killedUnknown(c.Name, cur.ID)
+	return shouldRestart(pod.Spec.RestartPolicy, cur) || w.killedUnknown(cur)
 }
 
 func (w *worker) containerID(id string) string {

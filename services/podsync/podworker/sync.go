@@ -395,7 +395,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			}
 			continue
 		}
-		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) && !w.killedUnknown(c.Name, cur.ID) {
+		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) && !w.killedUnknown(cur) {
 			continue
 		}
 		if cur != nil {
@@ -432,22 +432,32 @@ func (w *worker) killUnknown(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			what = "Init container"
 		}
 		k := kill{message: what + ` is in "unknown" state, try killing it before restart`, reason: ReasonUnknown}
+		at := w.m.o.Clock.Now()
 		if err := w.killContainer(ctx, pod, spec, c, sb, k); err != nil {
 			return killed, err
 		}
 		w.mu.Lock()
-		w.unknownKilled[c.Name] = c.ID
+		w.unknownKilled[c.Name] = instanceSeen{id: c.ID, at: at}
 		w.mu.Unlock()
 		killed = true
 	}
 	return killed, nil
 }
 
-// killedUnknown reports whether instance id of container name was killed by killUnknown.
-func (w *worker) killedUnknown(name, id string) bool {
+// killedUnknown reports whether the exited instance cur was ended by killUnknown's kill,
+// and so is started again whatever the restart policy. One the runtime shows finished
+// before the kill was asked ended on its own while the runtime had lost track of it (a
+// task that exited while containerd restarted, found again by the stop): its own exit
+// stands, and the restart policy applies to it. The kubelet restarts such a container
+// under any policy; unitlet does not run again a container that completed under Never.
+func (w *worker) killedUnknown(cur *relist.Container) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.unknownKilled[name] == id
+	k, ok := w.unknownKilled[cur.Name]
+	if !ok || k.id != cur.ID {
+		return false
+	}
+	return cur.FinishedAt.IsZero() || !cur.FinishedAt.Before(k.at)
 }
 
 // restartable are the containers a probe or a spec change restarts while they run: the

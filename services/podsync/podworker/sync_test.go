@@ -49,6 +49,14 @@ type memContainer struct {
 	exitCode  int32
 	reason    string
 	message   string
+	// exitedUnknown: the instance, in unknown state, exited on its own while the runtime
+	// had lost track of it; a stop finds that exit (see loseExited).
+	exitedUnknown *memExit
+}
+
+type memExit struct {
+	code int32
+	at   time.Time
 }
 
 // memCRI is an in-memory CRI runtime (podworker.Runtime) and the view of it
@@ -186,6 +194,11 @@ func (f *memCRI) StopContainer(_ context.Context, in *runtimeapi.StopContainerRe
 	case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
 		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, 137, time.Now()
 	case runtimeapi.ContainerState_CONTAINER_UNKNOWN:
+		if e := c.exitedUnknown; e != nil {
+			// containerd waits for the task it found again, which had already exited.
+			c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, e.code, e.at
+			break
+		}
 		// containerd's end of a container whose task it lost.
 		c.state, c.exitCode, c.finished, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, 255, time.Now(), "Unknown"
 	}
@@ -310,6 +323,23 @@ func (f *memCRI) lose(t *testing.T, name string) {
 	for _, c := range f.containers {
 		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			c.state = runtimeapi.ContainerState_CONTAINER_UNKNOWN
+			return
+		}
+	}
+	t.Fatalf("no running container %s", name)
+}
+
+// loseExited makes the running instance of the named container one whose state the
+// runtime lost and which exited with code at at meanwhile, as containerd 1.6 reports a
+// container whose task exited while containerd restarted and could not be loaded back:
+// unknown, until a stop finds the task's exit.
+func (f *memCRI) loseExited(t *testing.T, name string, code int32, at time.Time) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.containers {
+		if c.cfg.GetMetadata().GetName() == name && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.state, c.exitedUnknown = runtimeapi.ContainerState_CONTAINER_UNKNOWN, &memExit{code: code, at: at}
 			return
 		}
 	}
@@ -673,6 +703,55 @@ func TestSyncKillsAContainerInUnknownStateBeforeItsRestart(t *testing.T) {
 			}
 			if !h.ev.hasEvent(tc.wantEvent) {
 				t.Errorf("events %v, want %q", h.ev.recorded, tc.wantEvent)
+			}
+		})
+	}
+}
+
+// An app container in unknown state that the stop finds exited before the kill was asked
+// ended on its own while the runtime had lost track of it: the restart policy applies to
+// its exit. The kubelet would start it again under any policy (fault run 17: a Never pod's
+// main container that exited 0 as containerd restarted ran a second time).
+func TestSyncAContainerThatExitedWhileItsStateWasUnknownKeepsItsExit(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		policy     corev1.RestartPolicy
+		exit       int32
+		wantPhase  corev1.PodPhase
+		wantCreate []string
+	}{
+		{"Never, exit 0: Succeeded", corev1.RestartPolicyNever, 0, corev1.PodSucceeded, []string{"init attempt=0", "app attempt=0"}},
+		{"Never, exit 1: Failed", corev1.RestartPolicyNever, 1, corev1.PodFailed, []string{"init attempt=0", "app attempt=0"}},
+		{"OnFailure, exit 1: restarted", corev1.RestartPolicyOnFailure, 1, corev1.PodRunning, []string{"init attempt=0", "app attempt=0", "app attempt=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := newMemCRI("busybox:1")
+			h := newHarness(t, cri)
+			pod := syncPod(tc.policy, []string{"init"}, "app")
+			h.m.Update(pod, "api")
+			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+			cri.exit(t, "init", 0)
+			h.m.Trigger(pod.UID)
+			h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			// It exited before the sync that finds it unknown (the harness's clock began at
+			// the harness's start).
+			cri.loseExited(t, "app", tc.exit, time.Now().Add(-time.Minute))
+			h.m.Trigger(pod.UID)
+			o := h.ev.waitFor(t, "phase "+string(tc.wantPhase)+" after the stop", func(o Observed) bool {
+				return o.Status.Phase == tc.wantPhase && len(cri.callsOf("CreateContainer")) == len(tc.wantCreate) &&
+					len(cri.callsOf("StopContainer app")) > 0 && (tc.wantPhase != corev1.PodRunning || isRunning(o, "app"))
+			})
+			if got := cri.callsOf("CreateContainer"); !slices.Equal(got, tc.wantCreate) {
+				t.Errorf("created %v, want %v", got, tc.wantCreate)
+			}
+			if tc.wantPhase == corev1.PodRunning {
+				return
+			}
+			if tt := statusOf(o, "app").State.Terminated; tt == nil || tt.ExitCode != tc.exit {
+				t.Errorf("app state %+v, want terminated with its own exit %d", statusOf(o, "app").State, tc.exit)
+			}
+			if n := statusOf(o, "app").RestartCount; n != 0 {
+				t.Errorf("restartCount %d, want 0", n)
 			}
 		})
 	}
