@@ -281,8 +281,10 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 	newSandbox := sb == nil // ephemeral containers wait for the next sync
 	if sb == nil {
 		// No ready sandbox: kill what is left and make a new one, unless the pod has
-		// already run and must not be restarted.
-		if !rp.Empty() && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && ranAny(pod, rp) {
+		// already run and must not be restarted, or an init container of it failed under
+		// Never: the pod has failed (its status says so), and a podsync that finds it after
+		// another one stopped its sandbox must not run it again.
+		if !rp.Empty() && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && (ranAny(pod, rp) || initFailed(pod, rp)) {
 			return 0, w.killPod(ctx, pod, rp, nil, "Stopping container %s")
 		}
 		if !rp.Empty() {
@@ -585,6 +587,22 @@ func shouldRestart(policy corev1.RestartPolicy, c *relist.Container) bool {
 func ranAny(pod *corev1.Pod, rp *relist.Pod) bool {
 	for _, c := range pod.Spec.Containers {
 		if rp.Latest(c.Name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// initFailed reports whether the newest instance of a regular init container of the pod
+// exited non-zero (a start the runtime abandoned aside): the rule by which the status
+// counts an init container failed.
+func initFailed(pod *corev1.Pod, rp *relist.Pod) bool {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if isSidecar(c) {
+			continue
+		}
+		if cur := rp.Latest(c.Name); cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cur.ExitCode != 0 && !abandonedStart(cur) {
 			return true
 		}
 	}

@@ -847,6 +847,40 @@ func (f *memCRI) loseSandbox(t *testing.T) {
 	t.Fatal("no ready sandbox")
 }
 
+// A restartPolicy Never pod whose init container failed has failed: a podsync that finds it
+// with its sandbox stopped (the podsync before it ended the pod and was killed before the
+// status reached the API) ends it Failed too, and does not run it again in a new sandbox
+// (fault run 18: churn-00060's init container ran again after containerd lost its exit).
+// The kubelet makes no new sandbox for such a pod either.
+func TestSyncANeverPodWhoseInitFailedGetsNoNewSandbox(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyNever, []string{"init"}, "app")
+	h.m.Update(pod.DeepCopy(), "api")
+	h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+	cri.exit(t, "init", 255)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "the pod Failed and its sandbox stopped", func(o Observed) bool {
+		_, ready, _ := cri.counts()
+		return o.Terminated && o.Status.Phase == corev1.PodFailed && ready == 0
+	})
+	h.stop()
+
+	// The next podsync: the API still has the pod's status from before.
+	h2 := newHarness(t, cri)
+	h2.m.Update(pod.DeepCopy(), "api")
+	o := h2.ev.waitFor(t, "the pod Failed again", func(o Observed) bool { return o.Terminated })
+	if o.Status.Phase != corev1.PodFailed {
+		t.Errorf("phase %s, want Failed", o.Status.Phase)
+	}
+	if got := cri.callsOf("RunPodSandbox"); len(got) != 1 {
+		t.Errorf("sandboxes %v, want the first one only", got)
+	}
+	if got := cri.callsOf("CreateContainer"); !slices.Equal(got, []string{"init attempt=0"}) {
+		t.Errorf("created %v, want init once", got)
+	}
+}
+
 // A running pod whose sandbox the runtime loses gets a new one, and its containers' restart
 // counts go on from the instances of the old sandbox, as the kubelet's do: each new
 // instance is one attempt more than the newest before, and no status the pod reports in
