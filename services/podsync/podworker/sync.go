@@ -118,10 +118,14 @@ func (w *worker) sync(ctx context.Context) syncResult {
 		res.next = sooner(next, deadline)
 	}
 	// A pod whose containers are all done for good stops its sandbox (the kubelet does too).
+	// Its final phase is reported first, as the kubelet's status manager has it before the
+	// sandbox stops: on a loaded runtime a sandbox's stop can take minutes (fault run 19:
+	// finish pods Running in the API 107 s after their container exited).
 	if res.status.Phase == corev1.PodSucceeded || res.status.Phase == corev1.PodFailed {
 		w.mu.Lock()
 		w.terminated = true
 		w.mu.Unlock()
+		w.report(res)
 		return w.syncTerminating(ctx, pod, rp, st)
 	}
 	return res

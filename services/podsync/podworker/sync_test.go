@@ -81,6 +81,9 @@ type memCRI struct {
 	// startLost is, by container name, how many starts fail as when containerd is killed
 	// during the call: an Unavailable error, the container left in the unknown state.
 	startLost map[string]int
+	// stopSandboxGate, when set, holds every StopPodSandbox until it is closed, as a
+	// loaded runtime takes its time to stop a sandbox.
+	stopSandboxGate chan struct{}
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -114,6 +117,12 @@ func (f *memCRI) RunPodSandbox(_ context.Context, in *runtimeapi.RunPodSandboxRe
 }
 
 func (f *memCRI) StopPodSandbox(_ context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	f.mu.Lock()
+	gate := f.stopSandboxGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("StopPodSandbox %s", in.PodSandboxId)
@@ -754,6 +763,34 @@ func TestSyncAContainerThatExitedWhileItsStateWasUnknownKeepsItsExit(t *testing.
 				t.Errorf("restartCount %d, want 0", n)
 			}
 		})
+	}
+}
+
+// A pod whose containers are done for good reports its final phase before its sandbox is
+// stopped, as the kubelet's status manager has it: a slow stop does not hold the phase back
+// (fault run 19: finish pods Running in the API 107 s after their container exited).
+func TestSyncReportsTheFinalPhaseBeforeTheSandboxStops(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	cri.stopSandboxGate = gate
+	h := newHarness(t, cri)
+	t.Cleanup(open) // runs before the harness stops, so a StopPodSandbox held by the gate returns
+	pod := syncPod(corev1.RestartPolicyNever, nil, "app")
+	h.m.Update(pod, "api")
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+	cri.exit(t, "app", 0)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "Succeeded while the sandbox stops", func(o Observed) bool {
+		return o.Status.Phase == corev1.PodSucceeded && !o.Terminated
+	})
+	if _, ready, _ := cri.counts(); ready != 1 {
+		t.Errorf("%d ready sandboxes when the phase went out, want the sandbox still stopping", ready)
+	}
+	open()
+	o := h.ev.waitFor(t, "terminated", func(o Observed) bool { return o.Terminated })
+	if o.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("final phase %s, want Succeeded", o.Status.Phase)
 	}
 }
 
