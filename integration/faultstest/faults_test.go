@@ -579,10 +579,24 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 		}
 		return out
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(notSucceeded()) > 0 && time.Now().Before(deadline) {
+	// Two minutes, and a minute more each time one more of them ends, up to five: after
+	// the schedule a loaded runtime starts containers slowly (run 19: 18 s a start on
+	// average), and a pod still on its way is not one whose status was lost.
+	drainFrom := time.Now()
+	deadline, unfinished := drainFrom.Add(2*time.Minute), len(notSucceeded())
+	for unfinished > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
+		if n := len(notSucceeded()); n < unfinished {
+			unfinished = n
+			if later := time.Now().Add(time.Minute); later.After(deadline) {
+				deadline = later
+			}
+			if limit := drainFrom.Add(5 * time.Minute); deadline.After(limit) {
+				deadline = limit
+			}
+		}
 	}
+	t.Logf("finish pods: %d not Succeeded %s after the schedule", unfinished, time.Since(drainFrom).Round(time.Second))
 	finalNever := notSucceeded()
 	for i, name := range finalNever {
 		finalNever[i] = fmt.Sprintf("%s (a finish pod never Succeeded: %s)", name, podState(ctx, c, name))
