@@ -289,7 +289,7 @@ func (n *nodeCgroups) cleanup(ctx context.Context) {
 		if active[uid] {
 			continue
 		}
-		err := n.m.Remove(ctx, name)
+		err := n.removePod(ctx, name)
 		if errors.Is(err, cgroups.ErrNotEmpty) {
 			n.log.Debug("pod cgroup kept: processes left", "uid", uid, "cgroup", n.m.Parent(name), "err", err)
 			continue
@@ -319,6 +319,29 @@ func (n *nodeCgroups) cleanup(ctx context.Context) {
 			n.log.Warn("update QoS cgroups", "err", err)
 		}
 	}
+}
+
+// removePod removes a pod's cgroup. With the cgroupfs driver, child cgroups left in it
+// with no process in them or below them go first: the runtime's cgroups of the pod's
+// containers, which runc does not always remove (a task whose shim was killed, or a start
+// containerd abandoned across its restart; the fault suite left such a child under most
+// pods, and the pod's cgroup was kept for good). The kubelet's removal of a pod cgroup
+// takes the whole tree too. Each removal is Remove's own: one with a process, or with a
+// child of its own, is refused, and the kernel refuses to remove a cgroup a process has
+// joined meanwhile.
+func (n *nodeCgroups) removePod(ctx context.Context, name cgroups.Name) error {
+	err := n.m.Remove(ctx, name)
+	var ne *cgroups.NotEmptyError
+	if n.m.Driver() != cgroups.Cgroupfs || !errors.As(err, &ne) || len(ne.PIDs) > 0 || len(ne.Children) == 0 {
+		return err
+	}
+	for _, child := range ne.Children {
+		if err := n.m.Remove(ctx, name.Child(child)); err != nil {
+			return err
+		}
+		n.log.Debug("removed a child cgroup left in a gone pod's cgroup", "cgroup", n.m.Parent(name.Child(child)))
+	}
+	return n.m.Remove(ctx, name)
 }
 
 // Run removes gone pods' cgroups every cgroupCleanupPeriod until ctx ends.

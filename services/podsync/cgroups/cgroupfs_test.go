@@ -177,6 +177,21 @@ func exerciseReal(t *testing.T, m Manager, dirs []string, v1Limits bool) {
 	if !errors.As(err, &ne) || !reflect.DeepEqual(ne.Children, []string{"pod1234-abcd"}) || !errors.Is(err, ErrNotEmpty) {
 		t.Errorf("Remove(%s) with a pod under it = %v, want ErrNotEmpty naming the pod", burstable, err)
 	}
+	// A child cgroup a runtime left behind (runc's for a container, no process in it): the
+	// pod's Remove names it, the child's own Remove takes it, and then the pod goes.
+	left := "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	for _, d := range dirs {
+		if err := os.Mkdir(filepath.Join(d, rel, left), 0o755); err != nil {
+			t.Fatalf("make a runtime's child cgroup in %s: %v", d, err)
+		}
+	}
+	err = m.Remove(ctx, pod)
+	if !errors.As(err, &ne) || !reflect.DeepEqual(ne.Children, []string{left}) {
+		t.Fatalf("Remove(%s) with an empty child cgroup = %v, want ErrNotEmpty naming the child", pod, err)
+	}
+	if err := m.Remove(ctx, pod.Child(left)); err != nil {
+		t.Fatalf("Remove of the empty child cgroup: %v", err)
+	}
 	if err := m.Remove(ctx, pod); err != nil {
 		t.Fatalf("Remove(%s) once empty: %v", pod, err)
 	}
