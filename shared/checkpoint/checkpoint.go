@@ -41,12 +41,38 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open returns the store in dir, creating the directory (mode 0700) when needed.
+// staleTemp is how old a temporary file of a write must be before Open takes it for one a
+// killed writer left: a write takes milliseconds, seconds on a disk under load.
+const staleTemp = time.Minute
+
+// Open returns the store in dir, creating the directory (mode 0700) when needed. The
+// temporary files of writes that never finished (the writer killed between the write and
+// the rename) are removed once they are a minute old: nothing reads them, and each kill at
+// that moment would leave one more.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
-	return &Store{dir: dir, now: time.Now}, nil
+	s := &Store{dir: dir, now: time.Now}
+	s.removeStaleTemps()
+	return s, nil
+}
+
+// removeStaleTemps removes WriteFileAtomic's temporary files in the store's directory
+// that are older than staleTemp.
+func (s *Store) removeStaleTemps() {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > staleTemp {
+			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+		}
+	}
 }
 
 // Dir is the store's directory.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWriteReadRoundTrip(t *testing.T) {
@@ -144,4 +145,33 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %q, which Write would not produce", raw)
 		}
 	})
+}
+
+// A temporary file a killed writer left (fault run 22: unitlet-eviction SIGKILLed between
+// the write and the rename) is removed by the next Open once it is a minute old; a fresh
+// one, maybe another writer's in flight, stays.
+func TestOpenRemovesStaleTemporaryFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh := filepath.Join(dir, ".eviction-state.tmp-2894460176"), filepath.Join(dir, ".pods.tmp-1")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("unitlet-checkpoint v1 "), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale temporary file is still there (%v)", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("the fresh temporary file went: %v", err)
+	}
 }
