@@ -224,6 +224,21 @@ func anyRunning(rp *relist.Pod) bool {
 	return false
 }
 
+// apiRestartCount is the restart count the API has for the pod's container name (an init
+// container's when init), 0 when it has none.
+func apiRestartCount(pod *corev1.Pod, name string, init bool) int32 {
+	list := pod.Status.ContainerStatuses
+	if init {
+		list = pod.Status.InitContainerStatuses
+	}
+	for _, s := range list {
+		if s.Name == name {
+			return s.RestartCount
+		}
+	}
+	return 0
+}
+
 // containerStatus is one container's status: its newest instance in the current sandbox,
 // the one before as lastState, or why it is waiting.
 func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relist.Pod, sb *relist.Sandbox, waiting map[string]waitingState, init bool, defaultWaiting string) corev1.ContainerStatus {
@@ -243,6 +258,14 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	}
 	if cur != nil {
 		cs.RestartCount = int32(cur.Attempt)
+	}
+	// A restart count never goes down: removing an instance that never started (removeUnstarted)
+	// leaves an older one newest until the next is made, and the count the API already has
+	// stands meanwhile (fault run 22: restartCount 0 after 1 while containerd restarted).
+	if n := apiRestartCount(pod, c.Name, init); n > cs.RestartCount {
+		cs.RestartCount = n
+	}
+	if cur != nil {
 		cs.ContainerID = w.containerID(cur.ID)
 		if cur.ImageRef != "" {
 			cs.ImageID = cur.ImageRef

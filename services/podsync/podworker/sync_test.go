@@ -794,6 +794,25 @@ func TestSyncReportsTheFinalPhaseBeforeTheSandboxStops(t *testing.T) {
 	}
 }
 
+// A restart count the API has is never reported lower: after podsync removed a newest
+// instance that never started, an older instance is newest until the next is made (fault
+// run 22: restartCount 0 after 1 while containerd restarted).
+func TestSyncNeverReportsARestartCountBelowTheAPIs(t *testing.T) {
+	cri := newMemCRI("busybox:1")
+	h := newHarness(t, cri)
+	pod := syncPod(corev1.RestartPolicyAlways, []string{"init"}, "app")
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", RestartCount: 1}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: 2}}
+	h.m.Update(pod, "api")
+	o := h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+	if got := statusOf(o, "init").RestartCount; got != 1 {
+		t.Errorf("init restartCount %d, want the API's 1", got)
+	}
+	if got := statusOf(o, "app").RestartCount; got != 2 {
+		t.Errorf("app restartCount %d, want the API's 2", got)
+	}
+}
+
 func TestSyncRestartPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
