@@ -583,6 +583,16 @@ func newHarnessOpts(t *testing.T, cri *memCRI, set func(*Options)) *harness {
 	return &harness{cri: cri, ev: ev, m: m, stop: stop}
 }
 
+// initDoneAppRunning waits for the pod's init container "init" to run, ends it with 0 and
+// waits for its app container "app" to run.
+func (h *harness) initDoneAppRunning(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
+	h.cri.exit(t, "init", 0)
+	h.m.Trigger(pod.UID)
+	h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+}
+
 func syncPod(policy corev1.RestartPolicy, inits []string, apps ...string) *corev1.Pod {
 	p := testPod(policy, inits, apps...)
 	p.UID = types.UID("uid-" + strings.Join(apps, "-"))
@@ -692,11 +702,10 @@ func TestSyncKillsAContainerInUnknownStateBeforeItsRestart(t *testing.T) {
 			h := newHarness(t, cri)
 			pod := syncPod(tc.policy, []string{"init"}, "app")
 			h.m.Update(pod, "api")
-			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
 			if tc.lost == "app" {
-				cri.exit(t, "init", 0)
-				h.m.Trigger(pod.UID)
-				h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+				h.initDoneAppRunning(t, pod)
+			} else {
+				h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
 			}
 			cri.lose(t, tc.lost)
 			h.m.Trigger(pod.UID)
@@ -738,10 +747,7 @@ func TestSyncAContainerThatExitedWhileItsStateWasUnknownKeepsItsExit(t *testing.
 			h := newHarness(t, cri)
 			pod := syncPod(tc.policy, []string{"init"}, "app")
 			h.m.Update(pod, "api")
-			h.ev.waitFor(t, "init running", func(o Observed) bool { return isRunning(o, "init") })
-			cri.exit(t, "init", 0)
-			h.m.Trigger(pod.UID)
-			h.ev.waitFor(t, "app running", func(o Observed) bool { return isRunning(o, "app") })
+			h.initDoneAppRunning(t, pod)
 			// It exited before the sync that finds it unknown (the harness's clock began at
 			// the harness's start).
 			cri.loseExited(t, "app", tc.exit, time.Now().Add(-time.Minute))
