@@ -45,6 +45,9 @@ type Store struct {
 // killed writer left: a write takes milliseconds, seconds on a disk under load.
 const staleTemp = time.Minute
 
+// tempInfix marks WriteFileAtomic's temporary files: ".<name>.tmp-<random>".
+const tempInfix = ".tmp-"
+
 // Open returns the store in dir, creating the directory (mode 0700) when needed. The
 // temporary files of writes that never finished (the writer killed between the write and
 // the rename) are removed once they are a minute old: nothing reads them, and each kill at
@@ -66,7 +69,7 @@ func (s *Store) removeStaleTemps() {
 		return
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), tempInfix) {
 			continue
 		}
 		if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > staleTemp {
@@ -211,7 +214,7 @@ func (s *Store) ReadJSON(name string, v any) error {
 // fsyncs it, renames it over path and fsyncs the directory.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return err
 	}
