@@ -332,13 +332,21 @@ func (h *Harness) killShims() {
 	}
 }
 
-// ShimExecutables are the programs the live shims of the stack's containerd run.
+// ShimExecutables are the programs the live shims of the stack's containerd run. A shim
+// forks before it runs runc, so a process found by its shim command line may have become
+// runc by the time its executable is read: the command line is read again after the
+// executable, and a process whose command line changed is not a shim.
 func (h *Harness) ShimExecutables() []string {
 	var out []string
 	for _, pid := range h.shimPIDs() {
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
-			out = append(out, exe)
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			continue
 		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(strings.Split(string(cmdline), "\x00")[0], "containerd-shim") {
+			continue
+		}
+		out = append(out, exe)
 	}
 	return out
 }
