@@ -63,8 +63,15 @@ func Open(dir string) (*Store, error) {
 
 // removeStaleTemps removes WriteFileAtomic's temporary files in the store's directory
 // that are older than staleTemp.
-func (s *Store) removeStaleTemps() {
-	entries, err := os.ReadDir(s.dir)
+func (s *Store) removeStaleTemps() { removeStaleTemps(s.dir, s.now()) }
+
+// RemoveStaleTemps removes the temporary files WriteFileAtomic left in dir, writes whose
+// writer was killed between the write and the rename, once they are more than a minute
+// old. Users of WriteFileAtomic outside a Store call it when they start.
+func RemoveStaleTemps(dir string) { removeStaleTemps(dir, time.Now()) }
+
+func removeStaleTemps(dir string, now time.Time) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
@@ -72,8 +79,8 @@ func (s *Store) removeStaleTemps() {
 		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), tempInfix) {
 			continue
 		}
-		if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > staleTemp {
-			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > staleTemp {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }

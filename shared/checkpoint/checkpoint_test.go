@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/unitlet/unitlet/shared/checkpoint/checkpointtest"
 )
 
 func TestWriteReadRoundTrip(t *testing.T) {
@@ -155,23 +156,9 @@ func TestOpenRemovesStaleTemporaryFiles(t *testing.T) {
 	if _, err := Open(dir); err != nil {
 		t.Fatal(err)
 	}
-	stale, fresh := filepath.Join(dir, ".eviction-state.tmp-2894460176"), filepath.Join(dir, ".pods.tmp-1")
-	for _, p := range []string{stale, fresh} {
-		if err := os.WriteFile(p, []byte("unitlet-checkpoint v1 "), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := time.Now().Add(-2 * time.Minute)
-	if err := os.Chtimes(stale, old, old); err != nil {
-		t.Fatal(err)
-	}
+	temps := checkpointtest.LeaveTemps(t, dir, "eviction-state")
 	if _, err := Open(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the stale temporary file is still there (%v)", err)
-	}
-	if _, err := os.Stat(fresh); err != nil {
-		t.Errorf("the fresh temporary file went: %v", err)
-	}
+	temps.Swept(t)
 }

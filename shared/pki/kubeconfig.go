@@ -30,6 +30,7 @@ func WriteKubeconfig(path, server string, caData []byte, certPath string) error 
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
+	checkpoint.RemoveStaleTemps(filepath.Dir(path))
 	return checkpoint.WriteFileAtomic(path, b, 0o600)
 }
 

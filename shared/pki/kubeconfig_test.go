@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unitlet/unitlet/shared/checkpoint/checkpointtest"
 	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
@@ -81,4 +82,13 @@ func TestCheckKubeconfig(t *testing.T) {
 	if got, err := CheckKubeconfig(kubeconfig, now); err != nil || !got.IsZero() {
 		t.Errorf("token kubeconfig: %s, %v", got, err)
 	}
+}
+
+func TestWriteKubeconfigRemovesTemporaryFilesAKilledWriterLeft(t *testing.T) {
+	dir := t.TempDir()
+	temps := checkpointtest.LeaveTemps(t, dir, "kubelet.conf")
+	if err := WriteKubeconfig(filepath.Join(dir, "kubelet.conf"), "https://192.0.2.10:6443", pkitest.NewCA(t).CertPEM, "/var/lib/kubelet/pki/kubelet-client-current.pem"); err != nil {
+		t.Fatal(err)
+	}
+	temps.Swept(t)
 }

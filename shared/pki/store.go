@@ -61,7 +61,7 @@ func (s Store) Current() (*tls.Certificate, error) {
 // Update checks that certPEM and keyPEM are a pair, writes them to a new timestamped file
 // (0600, fsynced) and swings the current link to it atomically: a crash at any moment
 // leaves the old or the new certificate current, never none. The directory is made 0700
-// when missing. It returns the new file's path.
+// when missing; temporary files a writer killed mid-write left in it are removed. It returns the new file's path.
 func (s Store) Update(certPEM, keyPEM []byte, now time.Time) (string, error) {
 	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 		return "", fmt.Errorf("certificate and key do not match: %w", err)
@@ -69,6 +69,7 @@ func (s Store) Update(certPEM, keyPEM []byte, now time.Time) (string, error) {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return "", err
 	}
+	checkpoint.RemoveStaleTemps(s.Dir) // left by a writer killed mid-write
 	name := filepath.Join(s.Dir, s.Prefix+"-"+now.UTC().Format("2006-01-02-15-04-05")+".pem")
 	for i := 1; ; i++ { // two updates within a second keep both files
 		if _, err := os.Lstat(name); errors.Is(err, fs.ErrNotExist) {

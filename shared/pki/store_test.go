@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/unitlet/unitlet/shared/checkpoint"
+	"github.com/unitlet/unitlet/shared/checkpoint/checkpointtest"
 	"github.com/unitlet/unitlet/shared/pki/pkitest"
 )
 
@@ -143,4 +144,15 @@ func TestWriteFileAtomicReplaces(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("%d files in the directory, want 1 (no temporary left)", len(entries))
 	}
+}
+
+func TestStoreUpdateRemovesTemporaryFilesAKilledWriterLeft(t *testing.T) {
+	s := Store{Dir: t.TempDir(), Prefix: ClientPrefix}
+	temps := checkpointtest.LeaveTemps(t, s.Dir, "kubelet-client-2030-01-02-03-04-05.pem")
+	now := time.Date(2030, 1, 2, 3, 4, 6, 0, time.UTC)
+	certPEM, keyPEM, _ := nodeCert(t, pkitest.NewCA(t), "node-a", now.Add(time.Hour))
+	if _, err := s.Update(certPEM, keyPEM, now); err != nil {
+		t.Fatal(err)
+	}
+	temps.Swept(t)
 }

@@ -72,6 +72,7 @@ func Open(dir string, policy Policy, reg prometheus.Registerer, log *slog.Logger
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("image pull records: %w", err)
 		}
+		checkpoint.RemoveStaleTemps(d) // left by a podsync killed mid-write
 	}
 	if reg != nil {
 		onDisk := func(name, help, dir string) prometheus.Collector {

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/unitlet/unitlet/shared/checkpoint/checkpointtest"
 )
 
 const (
@@ -277,5 +279,20 @@ kubelet_imagemanager_ondisk_pullintents 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_imagemanager_ondisk_pulledrecords", "kubelet_imagemanager_ondisk_pullintents"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestOpenRemovesTemporaryFilesAKilledPodsyncLeft(t *testing.T) {
+	_, dir := open(t, kubeletv1beta1.NeverVerify)
+	var temps []checkpointtest.Temps
+	for _, d := range []string{"pulling", "pulled"} {
+		temps = append(temps, checkpointtest.LeaveTemps(t, filepath.Join(dir, d), "sha256-0123"))
+	}
+	p, _ := NewPolicy(kubeletv1beta1.NeverVerify, nil)
+	if _, err := Open(dir, p, nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range temps {
+		tt.Swept(t)
 	}
 }
