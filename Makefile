@@ -122,7 +122,7 @@ test-integration: build harness-binaries prev-release
 ## (at least 20 kills each), containerd is restarted twice and SIGKILLed twice, the API
 ## server is stopped 5 minutes and etcd 1, and the node's root dir (a loop-mounted ext4)
 ## is filled to 100 % for a minute; then the invariants table, each with its target
-## (~16 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it last in
+## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it last in
 ## the lane beside the vm suite (README.md, "Fault suite").
 test-faults: build harness-binaries
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/faultstest/
