@@ -339,14 +339,9 @@ func (h *Harness) killShims() {
 func (h *Harness) ShimExecutables() []string {
 	var out []string
 	for _, pid := range h.shimPIDs() {
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err != nil {
-			continue
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && h.isShim(pid) {
+			out = append(out, exe)
 		}
-		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(strings.Split(string(cmdline), "\x00")[0], "containerd-shim") {
-			continue
-		}
-		out = append(out, exe)
 	}
 	return out
 }
@@ -360,14 +355,19 @@ func (h *Harness) shimPIDs() []int {
 		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 1 {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if strings.Contains(args[0], "containerd-shim") && strings.Contains(string(cmdline), h.ContainerdSocket()) && (&proc{PID: pid}).alive() {
+		if h.isShim(pid) && (&proc{PID: pid}).alive() {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// isShim is whether process pid's command line is a shim's of the stack's containerd.
+func (h *Harness) isShim(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	return strings.Contains(args[0], "containerd-shim") && strings.Contains(string(cmdline), h.ContainerdSocket())
 }

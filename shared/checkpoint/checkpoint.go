@@ -56,21 +56,16 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
-	s := &Store{dir: dir, now: time.Now}
-	s.removeStaleTemps()
-	return s, nil
+	RemoveStaleTemps(dir)
+	return &Store{dir: dir, now: time.Now}, nil
 }
-
-// removeStaleTemps removes WriteFileAtomic's temporary files in the store's directory
-// that are older than staleTemp.
-func (s *Store) removeStaleTemps() { removeStaleTemps(s.dir, s.now()) }
 
 // RemoveStaleTemps removes the temporary files WriteFileAtomic left in dir, writes whose
 // writer was killed between the write and the rename, once they are more than a minute
-// old. Users of WriteFileAtomic outside a Store call it when they start.
-func RemoveStaleTemps(dir string) { removeStaleTemps(dir, time.Now()) }
-
-func removeStaleTemps(dir string, now time.Time) {
+// old. Users of WriteFileAtomic outside a Store call it when they start or before they
+// write in dir.
+func RemoveStaleTemps(dir string) {
+	now := time.Now()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return

@@ -258,18 +258,16 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	}
 	if cur != nil {
 		cs.RestartCount = int32(cur.Attempt)
+		cs.ContainerID = w.containerID(cur.ID)
+		if cur.ImageRef != "" {
+			cs.ImageID = cur.ImageRef
+		}
 	}
 	// A restart count never goes down: removing an instance that never started (removeUnstarted)
 	// leaves an older one newest until the next is made, and the count the API already has
 	// stands meanwhile (fault run 22: restartCount 0 after 1 while containerd restarted).
 	if n := apiRestartCount(pod, c.Name, init); n > cs.RestartCount {
 		cs.RestartCount = n
-	}
-	if cur != nil {
-		cs.ContainerID = w.containerID(cur.ID)
-		if cur.ImageRef != "" {
-			cs.ImageID = cur.ImageRef
-		}
 	}
 	wt, isWaiting := waiting[c.Name]
 	if cur != nil && abandonedStart(cur) {
