@@ -107,11 +107,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Rotation: one loop per certificate; each renews at its deadline, on Rotate, and
 	// retries failures with backoff for as long as it takes.
 	d.Go("rotate", m.Run)
-	if opts.Client != nil {
-		// When kubelet.conf comes to name the store's file (kubeadm's kubelet-finalize, after a
-		// seed), a restart rotates it.
-		kube.GoFollowCredentials(d, nc.Paths.GetKubeconfig(), rc, log)
-	}
+	// Credentials: when kubelet.conf comes to name the store's file (kubeadm's
+	// kubelet-finalize, after a seed), a restart rotates it; nothing to follow standalone.
+	d.Go("credentials", kube.FollowClientCredentials(nc.Paths.GetKubeconfig(), rc, log))
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))

@@ -254,6 +254,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); the container log policy follows it live.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, applyLogPolicy(logs, log), log))
-	kube.GoFollowCredentials(d, nc.Paths.GetKubeconfig(), restConfig, log)
+	// Credentials: a kubeconfig that comes to name other client credentials restarts the
+	// service with a client made from them.
+	d.Go("credentials", kube.FollowClientCredentials(nc.Paths.GetKubeconfig(), restConfig, log))
 	return d.Run(ctx)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/envconfig"
 	"github.com/unitlet/unitlet/shared/peercred"
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 // notes records sd_notify messages.
@@ -254,7 +255,7 @@ func TestExitCode(t *testing.T) {
 		// should try again, not leave the service down for good.
 		ConfigError(fmt.Errorf("record the last good configuration: %w", &fs.PathError{Op: "write", Path: "/var/lib/unitlet/checkpoints/x", Err: syscall.ENOSPC})): ExitFailure,
 		// A restart asked for: systemd starts it again.
-		fmt.Errorf("configuration: %w", &RestartError{Reason: "generation 4 changes nodeStatusMaxImages"}): ExitOK,
+		fmt.Errorf("configuration: %w", &restart.Error{Reason: "generation 4 changes nodeStatusMaxImages"}): ExitOK,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("ExitCode(%v) = %d, want %d", err, got, want)

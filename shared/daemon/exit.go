@@ -3,8 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
-	"os"
 	"syscall"
+
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 // Exit codes of every unitlet binary. systemd units set RestartPreventExitStatus=2: a bad
@@ -58,23 +59,12 @@ func IsConfigError(err error) bool {
 	return errors.As(err, &ce)
 }
 
-// RestartError ends a service that must start again to apply something (a new node
-// configuration): the process stops as on SIGTERM and exits 0, and systemd's Restart=
-// starts it again.
-type RestartError struct{ Reason string }
-
-func (e *RestartError) Error() string { return "restarting: " + e.Reason }
-
-// Supervised reports whether systemd runs the process as a service (it sets
-// INVOCATION_ID), so that an exit is followed by a start.
-func Supervised() bool { return os.Getenv("INVOCATION_ID") != "" }
-
 // ExitCode maps the error a service's Run returned to the process's exit code. A stop
-// through cancellation, or to restart, is a clean exit.
+// through cancellation, or to restart (a *restart.Error), is a clean exit.
 func ExitCode(err error) int {
-	var restart *RestartError
+	var again *restart.Error
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.As(err, &restart):
+	case err == nil, errors.Is(err, context.Canceled), errors.As(err, &again):
 		return ExitOK
 	case IsConfigError(err):
 		return ExitBadConfig

@@ -50,6 +50,11 @@ func (d *Daemon) SetConfigState(cs ConfigState) {
 	d.mu.Unlock()
 }
 
+// RecordConfig is SetConfigState by parts, for nodeconfig.Follower.
+func (d *Daemon) RecordConfig(generation, pending uint64, pendingFields []string) {
+	d.SetConfigState(ConfigState{Generation: generation, Pending: pending, PendingFields: pendingFields})
+}
+
 // ConfigState is what SetConfigState recorded.
 func (d *Daemon) ConfigState() ConfigState {
 	d.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/unitlet/unitlet/shared/envconfig"
+	"github.com/unitlet/unitlet/shared/restart"
 	"github.com/unitlet/unitlet/shared/version"
 )
 
@@ -70,9 +71,9 @@ func Main[C Config](ctx context.Context, cmd Command[C], args, environ []string,
 	setMemoryLimit(log, memlimit.FromCgroup)
 	setGCPercent()
 	if err := cmd.Run(ctx, cfg, log); err != nil {
-		var restart *RestartError
-		if errors.As(err, &restart) {
-			log.Info(name+" stopped to start again", "reason", restart.Reason)
+		var again *restart.Error
+		if errors.As(err, &again) {
+			log.Info(name+" stopped to start again", "reason", again.Reason)
 			return ExitOK
 		}
 		log.Error(name+" failed", "err", err)

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 // CredentialsCheckEvery is how often FollowCredentials reads the kubeconfig again.
@@ -44,7 +44,7 @@ func CredentialsSource(rc *rest.Config) string {
 // FollowCredentials is a service loop for a service whose API client was made from
 // kubeconfig with credentials started (CredentialsSource): it reads the kubeconfig every
 // interval and, when the credentials come from elsewhere, ends the service with a
-// daemon.RestartError, so that systemd starts it again with a client made from them. This
+// *restart.Error, so that systemd starts it again with a client made from them. This
 // is how the services follow kubeadm's kubelet-finalize, which rewrites kubelet.conf from
 // the certificate inline to the rotated file and restarts kubelet.service (unitlet-config
 // alone). A kubeconfig that cannot be read is logged and read again later: the service
@@ -66,16 +66,18 @@ func FollowCredentials(kubeconfig, started string, interval time.Duration, log *
 			}
 			if now := CredentialsSource(rc); now != started {
 				log.Info(CredentialsChanged+": restarting to use them", "kubeconfig", kubeconfig, "before", started, "now", now)
-				return &daemon.RestartError{Reason: CredentialsChanged}
+				return &restart.Error{Reason: CredentialsChanged}
 			}
 		}
 	}
 }
 
-// GoFollowCredentials runs FollowCredentials in d for a client made from kubeconfig as rc;
-// nothing on a standalone node (rc nil).
-func GoFollowCredentials(d *daemon.Daemon, kubeconfig string, rc *rest.Config, log *slog.Logger) {
-	if rc != nil {
-		d.Go("credentials", FollowCredentials(kubeconfig, CredentialsSource(rc), CredentialsCheckEvery, log))
+// FollowClientCredentials is FollowCredentials for a client made from kubeconfig as rc,
+// checked every CredentialsCheckEvery. On a standalone node (rc nil) there is nothing to
+// follow: the loop waits for ctx to end.
+func FollowClientCredentials(kubeconfig string, rc *rest.Config, log *slog.Logger) func(ctx context.Context) error {
+	if rc == nil {
+		return func(ctx context.Context) error { <-ctx.Done(); return nil }
 	}
+	return FollowCredentials(kubeconfig, CredentialsSource(rc), CredentialsCheckEvery, log)
 }

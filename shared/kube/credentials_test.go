@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 func TestCredentialsSource(t *testing.T) {
@@ -82,8 +82,8 @@ func TestFollowCredentialsRestartsWhenTheKubeconfigNamesTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(&clientcmdapi.AuthInfo{ClientCertificate: current, ClientKey: current})
-	var restart *daemon.RestartError
-	if err := <-done; !errors.As(err, &restart) || restart.Reason != CredentialsChanged {
+	var again *restart.Error
+	if err := <-done; !errors.As(err, &again) || again.Reason != CredentialsChanged {
 		t.Fatalf("after kubelet.conf named the file: %v, want a restart for %q", err, CredentialsChanged)
 	}
 }

@@ -38,5 +38,5 @@ func EventRecorder(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguratio
 	}
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(kubeapi.EventSink{Client: client})
-	return b.NewRecorder(kubeapi.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName}), nil
+	return b.NewRecorder(kubeapi.Scheme(), corev1.EventSource{Component: "kubelet", Host: nodeName}), nil
 }

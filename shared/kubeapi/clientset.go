@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -30,26 +31,31 @@ import (
 // names and signatures, so a client-go clientset (and its fake, in tests) fits them
 // through the adapt package.
 
-// Scheme holds the types of the groups Interface serves, and metav1's options.
-var Scheme = runtime.NewScheme()
+// Scheme holds the types of the groups Interface serves, and metav1's options. It is
+// built on first use and shared.
+func Scheme() *runtime.Scheme { return codecs().scheme }
 
-// Codecs and ParameterCodec are Scheme's.
-var (
-	Codecs         = serializer.NewCodecFactory(Scheme)
-	ParameterCodec = runtime.NewParameterCodec(Scheme)
-)
+// apiCodecs are a scheme and its codecs.
+type apiCodecs struct {
+	scheme  *runtime.Scheme
+	factory serializer.CodecFactory
+	params  runtime.ParameterCodec
+}
 
-func init() {
+var codecs = sync.OnceValue(func() apiCodecs {
+	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, coordinationv1.AddToScheme, certificatesv1.AddToScheme,
 		nodev1.AddToScheme, authenticationv1.AddToScheme,
 	} {
-		if err := add(Scheme); err != nil {
+		// Adding generated types to a new scheme fails only on a programming error.
+		if err := add(s); err != nil {
 			panic(err)
 		}
 	}
-	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
-}
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return apiCodecs{scheme: s, factory: serializer.NewCodecFactory(s), params: runtime.NewParameterCodec(s)}
+})
 
 // Object is what the typed clients below read and write: client-go's own method set
 // (Get, List, Watch, Create, Update, Patch, Delete).
@@ -149,7 +155,7 @@ func NewForConfig(rc *rest.Config) (Interface, error) {
 	for i, g := range groups {
 		c := rest.CopyConfig(shared)
 		c.GroupVersion, c.APIPath = &g.gv, g.path
-		c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, Codecs).WithoutConversion()
+		c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(codecs().scheme, codecs().factory).WithoutConversion()
 		if clients[i], err = rest.RESTClientForConfigAndClient(c, hc); err != nil {
 			return nil, fmt.Errorf("API client for %s: %w", g.gv, err)
 		}
@@ -178,7 +184,7 @@ func typed[T interface {
 	if protobuf {
 		opts = append(opts, gentype.PrefersProtobuf[T]())
 	}
-	return gentype.NewClientWithList[T, L](resource, r, ParameterCodec, namespace,
+	return gentype.NewClientWithList[T, L](resource, r, codecs().params, namespace,
 		func() T { return newOf[T]() }, func() L { return newOf[L]() }, opts...)
 }
 
@@ -220,7 +226,7 @@ func (s serviceAccounts) CreateToken(ctx context.Context, name string, tr *authe
 	out := &authenticationv1.TokenRequest{}
 	err := s.GetClient().Post().UseProtobufAsDefault().
 		Namespace(s.GetNamespace()).Resource("serviceaccounts").Name(name).SubResource("token").
-		VersionedParams(&opts, ParameterCodec).Body(tr).Do(ctx).Into(out)
+		VersionedParams(&opts, codecs().params).Body(tr).Do(ctx).Into(out)
 	return out, err
 }
 

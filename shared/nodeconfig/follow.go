@@ -13,7 +13,7 @@ import (
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 // The parts of a NodeConfig besides the KubeletConfiguration, named as fields in Changed:
@@ -114,6 +114,12 @@ func topLevel(raw []byte) map[string][]byte {
 	return out
 }
 
+// Recorder keeps the generation a process runs and any newer one pending a restart (the
+// fields it changes that need one), for the process's GetInfo: daemon.Daemon is one.
+type Recorder interface {
+	RecordConfig(generation, pending uint64, pendingFields []string)
+}
+
 // Follower keeps one service on the configuration unitlet-config serves.
 type Follower struct {
 	// Service is the service's short name, a key of Uses.
@@ -123,17 +129,17 @@ type Follower struct {
 	// Apply takes a new generation whose changes are all Live for the service; nil when
 	// the service applies nothing live. An error keeps the generation in force.
 	Apply func(*Config) error
-	// Daemon records the generation in force and any pending one, for GetInfo.
-	Daemon *daemon.Daemon
+	// Record is told the generation in force and any pending one.
+	Record Recorder
 	Log    *slog.Logger
-	// supervised overrides daemon.Supervised in tests.
+	// supervised overrides restart.Supervised in tests.
 	supervised func() bool
 }
 
 // Run follows the configuration from started, the generation the process began with,
 // until ctx ends. A new generation that changes none of the service's fields is taken as
 // is; one whose changes the service applies live goes to Apply; any other ends Run with
-// a daemon.RestartError when systemd supervises the process (it stops cleanly and starts
+// a *restart.Error when systemd supervises the process (it stops cleanly and starts
 // again with the new configuration), and otherwise is reported as pending, for someone to
 // restart the service.
 func (f *Follower) Run(ctx context.Context, started *Config) error {
@@ -143,10 +149,10 @@ func (f *Follower) Run(ctx context.Context, started *Config) error {
 	}
 	supervised := f.supervised
 	if supervised == nil {
-		supervised = daemon.Supervised
+		supervised = restart.Supervised
 	}
 	cur := started
-	f.Daemon.SetConfigState(daemon.ConfigState{Generation: cur.Generation})
+	f.Record.RecordConfig(cur.Generation, 0, nil)
 	conn, err := bus.Dial(f.SocketDir, "config")
 	if err != nil {
 		return err
@@ -167,24 +173,24 @@ func (f *Follower) Run(ctx context.Context, started *Config) error {
 			if next.Generation == cur.Generation {
 				return nil
 			}
-			var mine, restart []string
+			var mine, atStart []string
 			for _, field := range Changed(cur, next) {
 				if field == FieldNode || field == FieldPaths || slices.Contains(uses, field) {
 					mine = append(mine, field)
 					if !slices.Contains(Live[f.Service], field) {
-						restart = append(restart, field)
+						atStart = append(atStart, field)
 					}
 				}
 			}
 			switch {
 			case len(mine) == 0:
-			case len(restart) > 0:
-				reason := fmt.Sprintf("configuration generation %d changes %s, which %s applies at start", next.Generation, strings.Join(restart, ", "), f.Service)
+			case len(atStart) > 0:
+				reason := fmt.Sprintf("configuration generation %d changes %s, which %s applies at start", next.Generation, strings.Join(atStart, ", "), f.Service)
 				if supervised() {
-					return &daemon.RestartError{Reason: reason}
+					return &restart.Error{Reason: reason}
 				}
 				f.Log.Warn(reason+"; restart the service to apply it", "generation", cur.Generation)
-				f.Daemon.SetConfigState(daemon.ConfigState{Generation: cur.Generation, Pending: next.Generation, PendingFields: restart})
+				f.Record.RecordConfig(cur.Generation, next.Generation, atStart)
 				return nil
 			case f.Apply == nil:
 				return fmt.Errorf("nodeconfig: %s lists live fields but applies none", f.Service)
@@ -196,7 +202,7 @@ func (f *Follower) Run(ctx context.Context, started *Config) error {
 				f.Log.Info("node configuration applied", "generation", next.Generation, "fields", mine)
 			}
 			cur = next
-			f.Daemon.SetConfigState(daemon.ConfigState{Generation: cur.Generation})
+			f.Record.RecordConfig(cur.Generation, 0, nil)
 			return nil
 		},
 		bus.ResumeOptions{After: started.Generation})
@@ -208,7 +214,7 @@ func (f *Follower) Run(ctx context.Context, started *Config) error {
 
 // Follow is the loop that keeps service on the configuration from started, for
 // daemon.Go: see Follower. apply takes the service's live changes (nil: it has none).
-func Follow(d *daemon.Daemon, service, socketDir string, started *Config, apply func(*Config) error, log *slog.Logger) func(context.Context) error {
-	f := &Follower{Service: service, SocketDir: socketDir, Apply: apply, Daemon: d, Log: log.With("component", "configuration")}
+func Follow(record Recorder, service, socketDir string, started *Config, apply func(*Config) error, log *slog.Logger) func(context.Context) error {
+	f := &Follower{Service: service, SocketDir: socketDir, Apply: apply, Record: record, Log: log.With("component", "configuration")}
 	return func(ctx context.Context) error { return f.Run(ctx, started) }
 }

@@ -14,7 +14,7 @@ import (
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/restart"
 )
 
 // configServer streams the generations it is given to each watcher, then waits.
@@ -78,17 +78,28 @@ func TestChanged(t *testing.T) {
 	}
 }
 
+// state is what a Follower last recorded, as the daemon keeps it for GetInfo.
+type state struct {
+	Generation, Pending uint64
+	PendingFields       []string
+}
+
+func (s *state) RecordConfig(generation, pending uint64, pendingFields []string) {
+	*s = state{generation, pending, pendingFields}
+}
+
 // run follows a server that sends gens after started until the Follower stops or a
-// second passes, and returns Run's error and what the daemon reports.
-func run(t *testing.T, f *Follower, started *configv1.NodeConfig, gens ...*configv1.NodeConfig) (daemon.ConfigState, error) {
+// second passes, and returns Run's error and what the Follower last recorded.
+func run(t *testing.T, f *Follower, started *configv1.NodeConfig, gens ...*configv1.NodeConfig) (state, error) {
 	t.Helper()
 	f.SocketDir = serveConfig(t, append([]*configv1.NodeConfig{started}, gens...)...)
-	f.Daemon = daemon.New(daemon.Options{Service: f.Service})
+	st := &state{}
+	f.Record = st
 	f.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err := f.Run(ctx, decoded(t, started))
-	return f.Daemon.ConfigState(), err
+	return *st, err
 }
 
 func TestFollowerRestartsForFieldsItAppliesAtStart(t *testing.T) {
@@ -102,12 +113,12 @@ func TestFollowerRestartsForFieldsItAppliesAtStart(t *testing.T) {
 	// status does: under systemd it stops to start again.
 	_, err = run(t, &Follower{Service: "status", supervised: func() bool { return true }}, started,
 		nodeConfig(4, `{"nodeStatusMaxImages":10,"imageGCHighThresholdPercent":85}`))
-	var restart *daemon.RestartError
-	if !errors.As(err, &restart) {
-		t.Fatalf("status: %v, want a RestartError", err)
+	var again *restart.Error
+	if !errors.As(err, &again) {
+		t.Fatalf("status: %v, want a restart.Error", err)
 	}
-	if want := "configuration generation 4 changes nodeStatusMaxImages, which status applies at start"; restart.Reason != want {
-		t.Errorf("reason %q, want %q", restart.Reason, want)
+	if want := "configuration generation 4 changes nodeStatusMaxImages, which status applies at start"; again.Reason != want {
+		t.Errorf("reason %q, want %q", again.Reason, want)
 	}
 	// Without systemd to start it again, it runs on and reports the generation pending.
 	st, err = run(t, &Follower{Service: "status", supervised: func() bool { return false }}, started,
@@ -118,8 +129,8 @@ func TestFollowerRestartsForFieldsItAppliesAtStart(t *testing.T) {
 	// A changed node identity restarts every follower.
 	moved := nodeConfig(4, `{"nodeStatusMaxImages":50,"imageGCHighThresholdPercent":85}`)
 	moved.Node.Ips = []string{"10.0.0.9"}
-	if _, err := run(t, &Follower{Service: "volumes", supervised: func() bool { return true }}, started, moved); !errors.As(err, &restart) {
-		t.Errorf("volumes with a new node IP: %v, want a RestartError", err)
+	if _, err := run(t, &Follower{Service: "volumes", supervised: func() bool { return true }}, started, moved); !errors.As(err, &again) {
+		t.Errorf("volumes with a new node IP: %v, want a restart.Error", err)
 	}
 }
 
