@@ -11,9 +11,7 @@ package certs
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"path/filepath"
 
 	"k8s.io/utils/clock"
 
@@ -55,47 +53,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	kc := nc.KubeletConfiguration
-	if err := kube.WaitForKubeconfig(ctx, nc.Paths, log); err != nil {
+	opts, rc, err := nodeOptions(ctx, nc, cfg.CertificateLifetime, clock.RealClock{}, log)
+	if err != nil {
 		return err
 	}
-	certDir := nc.Paths.GetCertDir()
-	if certDir == "" {
-		certDir = filepath.Join(nc.Paths.GetRootDir(), "pki")
-	}
-	opts := Options{
-		CertDir:  certDir,
-		Node:     nc.Identity(),
-		Serving:  kc.ServerTLSBootstrap,
-		Lifetime: cfg.CertificateLifetime,
-		Clock:    clock.RealClock{},
-		Logger:   log,
-	}
-	kube.FollowRotatedCertificates()
-	client, rc, err := kube.Client(nc.Paths.GetKubeconfig(), "unitlet-certs", kc)
-	switch {
-	case errors.Is(err, kube.ErrStandalone):
-		log.Info("running standalone: no certificate to rotate", "reason", err)
-		opts.Standalone = err.Error()
-	case err != nil:
-		return daemon.ConfigError(err)
-	default:
-		opts.Client = client
-		store := pki.Store{Dir: certDir, Prefix: pki.ClientPrefix}
-		seeded, err := seedClientStore(store, rc.TLSClientConfig, opts.Clock.Now())
-		if err != nil {
-			return err
-		}
-		if seeded != "" {
-			log.Info("seeded the client certificate store with the kubeconfig's inline certificate, as the kubelet does: once the kubeconfig names it, it is rotated",
-				"kubeconfig", nc.Paths.GetKubeconfig(), "file", seeded, "current", store.CurrentPath())
-		}
-		opts.ClientCredentials = otherCredentials(rc, store.CurrentPath())
-		if opts.ClientCredentials != "" {
-			log.Info("the client certificate is not rotated", "reason", opts.ClientCredentials)
-		}
-	}
-
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
 	opts.Metrics = newMetrics(d.Registry())
 	m := NewManager(opts)

@@ -56,6 +56,9 @@ type Bootstrapper struct {
 	timeout   time.Duration
 	// lifetime is the certificate lifetime the CSR asks for; 0 leaves it to the signer.
 	lifetime time.Duration
+	// configured: a bootstrap kubeconfig is named (--bootstrap-kubeconfig); without one
+	// the bootstrapper is off.
+	configured bool
 
 	attempts *prometheus.CounterVec
 
@@ -64,17 +67,18 @@ type Bootstrapper struct {
 }
 
 // NewBootstrapper bootstraps for the configuration config returns (its paths and node
-// name), asking the signer for lifetime (0: the signer decides). Its Run does nothing
-// useful without a bootstrap kubeconfig: leave it out then.
+// name), asking the signer for lifetime (0: the signer decides). Without a bootstrap
+// kubeconfig it is off: its Run only waits for ctx to end.
 func NewBootstrapper(config func() *configv1.NodeConfig, lifetime time.Duration, reg prometheus.Registerer, log *slog.Logger) *Bootstrapper {
 	b := &Bootstrapper{
-		config:    config,
-		lifetime:  lifetime,
-		log:       log.With("component", "tls-bootstrap"),
-		clock:     clock.RealClock{},
-		jitter:    rand.Float64,
-		newClient: func(rc *rest.Config) (kubeapi.Interface, error) { return kubeapi.NewForConfig(rc) },
-		timeout:   bootstrapAttemptTimeout,
+		config:     config,
+		configured: config().GetPaths().GetBootstrapKubeconfig() != "",
+		lifetime:   lifetime,
+		log:        log.With("component", "tls-bootstrap"),
+		clock:      clock.RealClock{},
+		jitter:     rand.Float64,
+		newClient:  func(rc *rest.Config) (kubeapi.Interface, error) { return kubeapi.NewForConfig(rc) },
+		timeout:    bootstrapAttemptTimeout,
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unitlet_config_bootstrap_attempts_total",
 			Help: "TLS bootstrap attempts, by result (success, failure).",
@@ -82,7 +86,7 @@ func NewBootstrapper(config func() *configv1.NodeConfig, lifetime time.Duration,
 		status: &configv1.BootstrapStatus{State: configv1.BootstrapState_BOOTSTRAP_STATE_NOT_CONFIGURED,
 			Message: "no --bootstrap-kubeconfig: a missing kubeconfig means a standalone node"},
 	}
-	if config().GetPaths().GetBootstrapKubeconfig() != "" {
+	if b.configured {
 		b.status = &configv1.BootstrapStatus{State: configv1.BootstrapState_BOOTSTRAP_STATE_BOOTSTRAPPING,
 			Message: "checking the kubeconfig"}
 	}
@@ -99,8 +103,13 @@ func (b *Bootstrapper) Status() *configv1.BootstrapStatus {
 	return proto.Clone(b.status).(*configv1.BootstrapStatus)
 }
 
-// Run bootstraps whenever the kubeconfig is not usable, until ctx ends.
+// Run bootstraps whenever the kubeconfig is not usable, until ctx ends; without a
+// bootstrap kubeconfig it only waits for that.
 func (b *Bootstrapper) Run(ctx context.Context) error {
+	if !b.configured {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	backoff := bootstrapBackoffFirst
 	for {
 		wait := bootstrapCheckEvery

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -394,6 +395,32 @@ func TestBootstrapNotConfigured(t *testing.T) {
 	resp, err := srv.GetBootstrapStatus(context.Background(), &configv1.GetBootstrapStatusRequest{})
 	if err != nil || resp.GetStatus().GetState() != configv1.BootstrapState_BOOTSTRAP_STATE_NOT_CONFIGURED {
 		t.Fatalf("status %s, %v", resp.GetStatus(), err)
+	}
+}
+
+// Without --bootstrap-kubeconfig the bootstrapper is off: Run makes no attempt, even
+// with the kubeconfig missing, and ends with ctx.
+func TestBootstrapNotConfiguredRunOnlyWaits(t *testing.T) {
+	cfg := &configv1.NodeConfig{Paths: &configv1.Paths{Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}}
+	b := NewBootstrapper(func() *configv1.NodeConfig { return cfg }, 0, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.newClient = func(*rest.Config) (kubeapi.Interface, error) {
+		t.Error("a client was made without a bootstrap kubeconfig")
+		return nil, errors.New("test: no client")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended before its ctx: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+	if st := b.Status(); st.GetState() != configv1.BootstrapState_BOOTSTRAP_STATE_NOT_CONFIGURED || st.GetAttempts() != 0 {
+		t.Errorf("status %s, want not configured and no attempt", st)
 	}
 }
 

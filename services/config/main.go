@@ -72,11 +72,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
 	d.SetHealthCheck(svc.Healthy)
 	svc.OnGeneration(func(gen uint64) { d.SetConfigState(daemon.ConfigState{Generation: gen}) })
+	// File watch: the config file and its drop-ins, reloaded when they change.
 	d.Go("file watch", svc.WatchFiles)
-	if cfg.BootstrapKubeconfig != "" {
-		// TLS bootstrap runs beside the bus: the other services read the configuration and
-		// wait for the kubeconfig themselves, and READY=1 does not wait for it.
-		d.Go("tls bootstrap", bootstrap.Run)
-	}
+	// TLS bootstrap, with a bootstrap kubeconfig: beside the bus, as the other services read
+	// the configuration and wait for the kubeconfig themselves; READY=1 does not wait for it.
+	d.Go("tls bootstrap", bootstrap.Run)
 	return d.Run(ctx)
 }

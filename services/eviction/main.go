@@ -101,9 +101,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Memory: with kernelMemcgNotification, a crossing is acted on at once (the kernel's
 	// threshold event on cgroup v1, a 1 s sampler on v2); otherwise, as the kubelet, every
 	// monitoring period.
-	if kc.KernelMemcgNotification {
-		d.Go("memory notifications", func(ctx context.Context) error { return notifyMemory(ctx, src, m, log) })
-	}
+	d.Go("memory notifications", memoryNotifications(kc.KernelMemcgNotification, src, m, log))
 	// Reloads: a new generation of the configuration replaces the thresholds in place.
 	// The thresholds follow the configuration live; a change to anything else restarts
 	// the service.
@@ -137,6 +135,18 @@ func allocatableMemory(nc *nodeconfig.Config, rootDir string, log *slog.Logger) 
 		return 0
 	}
 	return q.Value()
+}
+
+// memoryNotifications is the loop that wakes the manager on a memory threshold crossing
+// (notifyMemory) when on (kernelMemcgNotification); off, it only waits for ctx to end.
+func memoryNotifications(on bool, src *observe.Source, m *Manager, log *slog.Logger) func(context.Context) error {
+	if !on {
+		return func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}
+	}
+	return func(ctx context.Context) error { return notifyMemory(ctx, src, m, log) }
 }
 
 // notifyMemory wakes the manager when memory.available falls below the first memory

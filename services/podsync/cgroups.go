@@ -51,7 +51,6 @@ type nodeCgroups struct {
 	kubepods      cgroups.Name
 	pidsLimit     int64
 	hugePageSizes []int64
-	active        func() map[types.UID]bool
 	log           *slog.Logger
 
 	mu   sync.Mutex
@@ -92,9 +91,15 @@ func cgroupDriver(ctx context.Context, rt runtimeConfigClient, kc *kubeletconfig
 	return configured, nil
 }
 
-// newNodeCgroups sets up the node's cgroups: checks cgroupRoot, makes or adopts kubepods
-// and the QoS cgroups with their limits, and enforces the reserved cgroups' limits.
-func newNodeCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, machine nodeinfo.Machine, driver cgroups.Driver, mount string, log *slog.Logger) (*nodeCgroups, error) {
+// newNodeCgroups sets up the node's cgroups under mount with the runtime's driver
+// (cgroupDriver): checks cgroupRoot, makes or adopts kubepods and the QoS cgroups with
+// their limits, and enforces the reserved cgroups' limits.
+func newNodeCgroups(ctx context.Context, rt runtimeConfigClient, kc *kubeletconfigv1beta1.KubeletConfiguration, machine nodeinfo.Machine, mount string, log *slog.Logger) (*nodeCgroups, error) {
+	driver, err := cgroupDriver(ctx, rt, kc, log)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("component", "cgroups")
 	m, err := cgroups.New(driver, mount)
 	if err != nil {
 		return nil, err
@@ -272,10 +277,10 @@ func (n *nodeCgroups) podCgroups() (map[types.UID]cgroups.Name, error) {
 	return out, nil
 }
 
-// cleanup removes the cgroups of pods no worker runs, once they are empty: a pod that is
-// gone, terminated, or was never this process's (podsync restarted). A cgroup with
-// processes left is kept and tried again; none is killed.
-func (n *nodeCgroups) cleanup(ctx context.Context) {
+// cleanup removes the cgroups of pods no worker runs (active: the workers' pods), once
+// they are empty: a pod that is gone, terminated, or was never this process's (podsync
+// restarted). A cgroup with processes left is kept and tried again; none is killed.
+func (n *nodeCgroups) cleanup(ctx context.Context, active func() map[types.UID]bool) {
 	// The cgroups first, then the pods: a pod whose worker starts in between is active, and
 	// one whose cgroup is made after the listing is not in it.
 	found, err := n.podCgroups()
@@ -283,10 +288,10 @@ func (n *nodeCgroups) cleanup(ctx context.Context) {
 		n.log.Warn("list pod cgroups", "err", err)
 		return
 	}
-	active := n.active()
+	running := active()
 	removedBurstable := false
 	for uid, name := range found {
-		if active[uid] {
+		if running[uid] {
 			continue
 		}
 		err := n.removePod(ctx, name)
@@ -308,7 +313,7 @@ func (n *nodeCgroups) cleanup(ctx context.Context) {
 	}
 	n.mu.Lock()
 	for uid := range n.pods {
-		if _, ok := found[uid]; !ok && !active[uid] {
+		if _, ok := found[uid]; !ok && !running[uid] {
 			delete(n.pods, uid)
 			removedBurstable = true
 		}
@@ -344,21 +349,25 @@ func (n *nodeCgroups) removePod(ctx context.Context, name cgroups.Name) error {
 	return n.m.Remove(ctx, name)
 }
 
-// Run removes gone pods' cgroups every cgroupCleanupPeriod until ctx ends.
-func (n *nodeCgroups) Run(ctx context.Context) error {
-	defer n.m.Close()
-	if !n.perQOS {
-		<-ctx.Done()
-		return nil
-	}
-	t := time.NewTicker(cgroupCleanupPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// Sweep is the loop that removes, every cgroupCleanupPeriod until ctx ends, the cgroups of
+// pods not among active's (the workers' pods: podworker.Manager.Active). It closes the
+// cgroup manager when it ends; without QoS cgroups it only waits.
+func (n *nodeCgroups) Sweep(active func() map[types.UID]bool) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		defer n.m.Close()
+		if !n.perQOS {
+			<-ctx.Done()
 			return nil
-		case <-t.C:
-			n.cleanup(ctx)
+		}
+		t := time.NewTicker(cgroupCleanupPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				n.cleanup(ctx, active)
+			}
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/unitlet/unitlet/services/podsync/cgroups"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
 type fakeRuntimeConfig struct {
@@ -162,8 +163,8 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	n := &nodeCgroups{
 		m: f, perQOS: true, kubepods: cgroups.Name{"kubepods"}, pidsLimit: 100,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), pods: map[types.UID]*corev1.Pod{},
-		active: func() map[types.UID]bool { mu.Lock(); defer mu.Unlock(); return maps.Clone(active) },
 	}
+	running := func() map[types.UID]bool { mu.Lock(); defer mu.Unlock(); return maps.Clone(active) }
 	ctx := context.Background()
 	a, b, be := testCgroupPod("a", "250m"), testCgroupPod("b", "500m"), testCgroupPod("be", "")
 	for _, p := range []*corev1.Pod{a, b, be} {
@@ -199,7 +200,7 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	delete(active, "a")
 	delete(active, "b")
 	mu.Unlock()
-	n.cleanup(ctx)
+	n.cleanup(ctx, running)
 	if slices.Contains(f.removals, "/kubepods/burstable/poda") {
 		t.Error("a cgroup with processes was removed")
 	}
@@ -216,7 +217,7 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	}
 	// a's last process exits: its cgroup goes at the next round.
 	f.busy["/kubepods/burstable/poda"] = false
-	n.cleanup(ctx)
+	n.cleanup(ctx, running)
 	if !slices.Contains(f.removals, "/kubepods/burstable/poda") {
 		t.Errorf("a's emptied cgroup not removed (removals %v)", f.removals)
 	}
@@ -233,7 +234,6 @@ func TestNodeCgroupsCleanupRemovesChildCgroupsTheRuntimeLeft(t *testing.T) {
 	n := &nodeCgroups{
 		m: f, perQOS: true, kubepods: cgroups.Name{"kubepods"},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), pods: map[types.UID]*corev1.Pod{},
-		active: func() map[types.UID]bool { return nil },
 	}
 	ctx := context.Background()
 	if err := n.EnsurePod(ctx, testCgroupPod("left", "")); err != nil {
@@ -245,7 +245,7 @@ func TestNodeCgroupsCleanupRemovesChildCgroupsTheRuntimeLeft(t *testing.T) {
 	f.made["/kubepods/besteffort/podleft/0123abcd"] = cgroups.Resources{}
 	f.made["/kubepods/besteffort/podbusy/4567ef01"] = cgroups.Resources{}
 	f.busy["/kubepods/besteffort/podbusy/4567ef01"] = true
-	n.cleanup(ctx)
+	n.cleanup(ctx, func() map[types.UID]bool { return nil })
 	if want := []string{"/kubepods/besteffort/podleft/0123abcd", "/kubepods/besteffort/podleft"}; !slices.Equal(f.removals, want) {
 		t.Errorf("removals %v, want %v", f.removals, want)
 	}
@@ -271,4 +271,21 @@ func TestReadOnlyCgroupfsSaysWhatToDo(t *testing.T) {
 	if !daemon.IsConfigError(err) {
 		t.Errorf("err = %v: not a configuration error (exit 2, no restart loop)", err)
 	}
+}
+
+// The node's cgroups take the runtime's driver: a runtime that disagrees with the
+// configuration stops the start before any cgroup is touched.
+func TestNodeCgroupsRefuseTheRuntimesOtherDriver(t *testing.T) {
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{CgroupDriver: "cgroupfs"}
+	rt := fakeRuntimeConfig{resp: driverResponse(runtimeapi.CgroupDriver_SYSTEMD)}
+	_, err := newNodeCgroups(context.Background(), rt, kc, nodeinfo.Machine{}, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `the container runtime uses the "systemd" cgroup driver`) || !daemon.IsConfigError(err) {
+		t.Fatalf("err = %v, want the driver mismatch as a configuration error", err)
+	}
+}
+
+// Without QoS cgroups the sweep removes nothing: its loop waits and closes the manager.
+func TestNodeCgroupsSweepWaitsWithoutQOSCgroups(t *testing.T) {
+	n := &nodeCgroups{m: newFakeCgroups(), log: slog.New(slog.DiscardHandler), pods: map[types.UID]*corev1.Pod{}}
+	endsWithCtx(t, n.Sweep(func() map[types.UID]bool { t.Error("active asked without QoS cgroups"); return nil }))
 }

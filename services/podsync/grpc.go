@@ -13,6 +13,8 @@ import (
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	"github.com/unitlet/unitlet/services/podsync/relist"
+	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/peercred"
 	"github.com/unitlet/unitlet/shared/watch"
 )
 
@@ -54,6 +56,15 @@ type Server struct {
 // NewServer serves svc over the bus.
 func NewServer(svc *Service, rt RuntimeStatus, st Streamer, dr DiskReclaimer) *Server {
 	return &Server{svc: svc, runtime: rt, streamer: st, reclaimer: dr, partBytes: maxPartBytes}
+}
+
+// serveBus registers s on d's bus server. The calls that stop pods, reach into containers
+// or remove images (KillPod, GetStreamingURL, ReclaimDisk) are root's only.
+func serveBus(d *daemon.Daemon, s *Server) {
+	podsyncv1.RegisterPodSyncServiceServer(d.Server(), s)
+	for _, m := range []string{"KillPod", "GetStreamingURL", "ReclaimDisk"} {
+		d.Authorizer().Allow("/"+podsyncv1.PodSyncService_ServiceDesc.ServiceName+"/"+m, peercred.Root())
+	}
 }
 
 // GetStreamingURL returns the runtime's URL for one exec, attach or port-forward session.

@@ -47,9 +47,13 @@ func openPullRecords(ctx context.Context, kc *kubeletv1beta1.KubeletConfiguratio
 }
 
 // prunePullRecords drops, every pruneEvery, the pull records of images the runtime no
-// longer has, as the kubelet does after its image garbage collection.
+// longer has, as the kubelet does after its image garbage collection. Without records
+// (the feature gate off) the loop only waits for ctx to end.
 func prunePullRecords(records *pullrecords.Records, rt *cri.Client, clk clock.WithTicker, log *slog.Logger) func(context.Context) error {
 	const pruneEvery = 5 * time.Minute
+	if records == nil {
+		return untilDone
+	}
 	return func(ctx context.Context) error {
 		t := clk.NewTicker(pruneEvery)
 		defer t.Stop()

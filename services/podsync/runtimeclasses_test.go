@@ -36,3 +36,14 @@ func TestRuntimeClassesResolveHandlers(t *testing.T) {
 		t.Errorf("Handler(kata) error %v, want the API's not found", err)
 	}
 }
+
+// With an API server the workers resolve classes through the cache.
+func TestRuntimeClassesForWorkersWithAClient(t *testing.T) {
+	r := newRuntimeClasses(adapt.Clientset(fake.NewClientset()))
+	if r.forWorkers() == nil {
+		t.Error("with a client: the workers get no RuntimeClasses")
+	}
+	if newServiceLister(adapt.Clientset(fake.NewClientset())).forWorkers() == nil {
+		t.Error("with a client: the workers get no services")
+	}
+}

@@ -15,12 +15,19 @@ import (
 // and the relist stays as the safety net.
 const gateEventedPLEG = "EventedPLEG"
 
-// followContainerEvents is the actor that follows the runtime's container events, nil
-// when the configuration turns them off.
+// followsContainerEvents reports whether the configuration has the runtime's container
+// events followed: unless the EventedPLEG gate is set false.
+func followsContainerEvents(kc *kubeletv1beta1.KubeletConfiguration) bool {
+	on, set := kc.FeatureGates[gateEventedPLEG]
+	return on || !set
+}
+
+// followContainerEvents is the loop that follows the runtime's container events; when the
+// configuration turns them off, it only waits for ctx to end.
 func followContainerEvents(kc *kubeletv1beta1.KubeletConfiguration, rt relist.EventSource, relister *relist.Relister, log *slog.Logger) func(context.Context) error {
-	if on, set := kc.FeatureGates[gateEventedPLEG]; set && !on {
+	if !followsContainerEvents(kc) {
 		log.Info("container events are not followed (feature gate " + gateEventedPLEG + " off): relisting every second")
-		return nil
+		return untilDone
 	}
 	return func(ctx context.Context) error { return relister.FollowEvents(ctx, rt) }
 }

@@ -10,7 +10,6 @@ import (
 
 // Container events are followed unless the EventedPLEG feature gate is set false.
 func TestFollowContainerEventsFollowsTheGate(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		gates  map[string]bool
 		follow bool
@@ -21,8 +20,15 @@ func TestFollowContainerEventsFollowsTheGate(t *testing.T) {
 		{map[string]bool{"HostnameOverride": false}, true},
 	} {
 		kc := &kubeletv1beta1.KubeletConfiguration{FeatureGates: tc.gates}
-		if got := followContainerEvents(kc, nil, nil, log) != nil; got != tc.follow {
+		if got := followsContainerEvents(kc); got != tc.follow {
 			t.Errorf("featureGates %v: follows events %v, want %v", tc.gates, got, tc.follow)
 		}
 	}
+}
+
+// With the gate off, the loop follows nothing (no relister, no runtime) and ends with ctx.
+func TestContainerEventsLoopWaitsWhenNotFollowed(t *testing.T) {
+	kc := &kubeletv1beta1.KubeletConfiguration{FeatureGates: map[string]bool{gateEventedPLEG: false}}
+	loop := followContainerEvents(kc, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	endsWithCtx(t, loop)
 }

@@ -53,7 +53,7 @@ type runtimeHealth struct {
 	// started is when this podsync began to ask: before the runtime's first answer,
 	// runtimeDownAfter counts from it.
 	started time.Time
-	// shuttingDown, when set, reports a graceful node shutdown under way.
+	// shuttingDown reports a graceful node shutdown under way.
 	shuttingDown func() bool
 }
 
@@ -130,7 +130,7 @@ func (h *runtimeHealth) RuntimeHealth(ctx context.Context) (*podsyncv1.RuntimeHe
 	}
 	out := clonePodHealth(last)
 	relistHealth(out, h.relister)
-	out.NodeShuttingDown = h.shuttingDown != nil && h.shuttingDown()
+	out.NodeShuttingDown = h.shuttingDown()
 	return out, nil
 }
 
@@ -140,8 +140,10 @@ func (h *runtimeHealth) lastStatus() *podsyncv1.RuntimeHealth {
 	return h.last
 }
 
-func newRuntimeHealth(rt runtimeStatuser, relister *relist.Relister) *runtimeHealth {
-	return &runtimeHealth{rt: rt, relister: relister, now: time.Now, started: time.Now()}
+// newRuntimeHealth reports rt's status with the relister's health; shuttingDown tells a
+// graceful node shutdown under way (nodeshutdown.Manager.ShuttingDown).
+func newRuntimeHealth(rt runtimeStatuser, relister *relist.Relister, shuttingDown func() bool) *runtimeHealth {
+	return &runtimeHealth{rt: rt, relister: relister, now: time.Now, started: time.Now(), shuttingDown: shuttingDown}
 }
 
 // relistError is the service's health: the relister's error while it is unhealthy.

@@ -103,7 +103,7 @@ func TestRuntimeDownOnlyAfterItFailedForThirtySeconds(t *testing.T) {
 // deadline exceeded") right after podsync's restart.
 func TestAJustStartedPodsyncWaitsForTheRuntimesFirstAnswer(t *testing.T) {
 	rt := &fakeStatuser{err: status.Error(codes.DeadlineExceeded, "context deadline exceeded")}
-	h := newRuntimeHealth(rt, relist.New(newFakeCRI(), time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil))
+	h := newRuntimeHealth(rt, relist.New(newFakeCRI(), time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil), func() bool { return false })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -138,8 +138,7 @@ func TestAJustStartedPodsyncWaitsForTheRuntimesFirstAnswer(t *testing.T) {
 // under way, which unitlet-status turns into the Node's NotReady.
 func TestRuntimeHealthReportsNodeShutdown(t *testing.T) {
 	down := false
-	h := &runtimeHealth{rt: &fakeStatuser{}, now: time.Now, shuttingDown: func() bool { return down },
-		relister: relist.New(newFakeCRI(), time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil)}
+	h := newRuntimeHealth(&fakeStatuser{}, relist.New(newFakeCRI(), time.Second, clock.RealClock{}, nil, slog.New(slog.DiscardHandler), nil), func() bool { return down })
 	if got, _ := h.RuntimeHealth(context.Background()); got.GetNodeShuttingDown() {
 		t.Errorf("shutting down before the shutdown")
 	}

@@ -2,26 +2,12 @@ package status
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
-	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
-
-	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
-	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	statusv1 "github.com/unitlet/unitlet/proto/unitlet/status/v1"
-	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
-	"github.com/unitlet/unitlet/shared/bus"
-	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
-	"github.com/unitlet/unitlet/shared/liveness"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
-	"github.com/unitlet/unitlet/shared/nodeinfo"
 )
 
 // ServiceName is unitlet-status's name on the bus.
@@ -50,82 +36,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	kc := nc.KubeletConfiguration
-	_, restConfig, err := kube.ForNode(ctx, nc.Paths, kc, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
+	client, restConfig, err := apiClients(ctx, nc, log)
 	if err != nil {
-		return daemon.ConfigError(err)
-	}
-	// unitlet-status keeps client-go's clientset: the node API's delegated
-	// authentication and authorization (k8s.io/apiserver) take its typed clients.
-	var client kubernetes.Interface
-	if restConfig != nil {
-		if client, err = kubernetes.NewForConfig(restConfig); err != nil {
-			return daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", nc.Paths.GetKubeconfig(), err))
-		}
+		return err
 	}
 	d := daemon.New(daemon.Options{Service: ServiceName, Settings: cfg.Settings, Logger: log})
-	rt, err := cri.Dial(kc.ContainerRuntimeEndpoint, append(cri.FromConfig(kc), cri.Metrics(d.Registry()))...)
-	if err != nil {
-		return daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
-	}
-	defer rt.Close()
-	machine, err := nodeinfo.ReadMachine(nc.Paths.GetRootDir())
-	if err != nil {
-		return fmt.Errorf("read the machine's resources: %w", err)
-	}
-	if _, err := nodeinfo.Node(kc, nc.Identity(), machine); err != nil {
-		return daemon.ConfigError(err)
-	}
-	podsyncConn, err := bus.Dial(cfg.SocketDir, "podsync")
+	p, err := newParts(cfg, nc, client, restConfig, d.Registry(), log)
 	if err != nil {
 		return err
 	}
-	defer podsyncConn.Close()
-	volumesConn, err := bus.Dial(cfg.SocketDir, "volumes")
-	if err != nil {
-		return err
-	}
-	defer volumesConn.Close()
-	evictionConn, err := bus.Dial(cfg.SocketDir, "eviction")
-	if err != nil {
-		return err
-	}
-	defer evictionConn.Close()
-
-	p := parts{
-		nc: nc, machine: machine, client: client, restConfig: restConfig, rt: rt,
-		podsync:   podsyncClient{c: podsyncv1.NewPodSyncServiceClient(podsyncConn), log: log.With("component", "podsync")},
-		volumes:   volumesClient{c: volumesv1.NewVolumesServiceClient(volumesConn)},
-		pressure:  newPressureWatch(evictionv1.NewEvictionServiceClient(evictionConn), clock.RealClock{}),
-		socketDir: cfg.SocketDir, clk: clock.RealClock{}, reg: d.Registry(), log: log,
-		nodeAPIUsers: cfg.NodeAPIUsers, cgroupMount: cfg.CgroupMount, loops: liveness.New(time.Now),
-	}
+	defer p.Close()
 	// Healthy while its loops turn: a stuck one stops the watchdog and systemd restarts it.
 	d.SetHealthCheck(func(context.Context) error { return p.loops.Check() })
-	var node NodeReporter
-	var pods PodWrites
-	if client != nil {
-		nodeStatus, err := p.nodeStatus()
-		if err != nil {
-			return daemon.ConfigError(err)
-		}
-		podStatus := p.podStatus()
-		node, pods = nodeStatus, podStatus
-		// Node: registration, then the status loop.
-		d.Go("node status", nodeStatus.Run)
-		// Lease: the heartbeat, on its own client.
-		d.Go("node lease", nodeStatus.RunLease)
-		// Pod statuses: podsync's watch to the API, and final deletions.
-		d.Go("pod statuses", podStatus.Run)
-		// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
-		d.Go("pressure conditions", p.pressure.Run)
-		// Node shutdown: podsync's graceful node shutdown wakes the status loop when it
-		// begins, so the Node turns not ready at once.
-		if kc := nc.KubeletConfiguration; kc.ShutdownGracePeriod.Duration > 0 || len(kc.ShutdownGracePeriodByPodPriority) > 0 {
-			w := &shutdownWatch{health: p.podsync, clk: p.clk, wake: p.pressure.wake}
-			d.Go("node shutdown", w.Run)
-		}
+	writes, err := p.apiWrites()
+	if err != nil {
+		return err
 	}
+	// Node: registration, then the status loop (a standalone node writes nothing).
+	d.Go("node status", writes.NodeStatus)
+	// Lease: the heartbeat, on its own client.
+	d.Go("node lease", writes.Lease)
+	// Pod statuses: podsync's watch to the API, and final deletions.
+	d.Go("pod statuses", writes.PodStatuses)
+	// Pressure: unitlet-eviction's conditions, which wake the status loop on a change.
+	d.Go("pressure conditions", writes.Pressure)
+	// Node shutdown: podsync's graceful node shutdown, when configured, wakes the status
+	// loop when it begins, so the Node turns not ready at once.
+	d.Go("node shutdown", writes.Shutdown)
 	summary, err := p.summary()
 	if err != nil {
 		return err
@@ -140,17 +77,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	// Node API: :10250.
 	d.Go("node API", api.Run)
-	if kc := nc.KubeletConfiguration; kc.HealthzPort != nil && *kc.HealthzPort > 0 {
-		// /healthz over plain HTTP (10248), bound before READY=1 as the node API is.
-		addr := net.JoinHostPort(kc.HealthzBindAddress, strconv.Itoa(int(*kc.HealthzPort)))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("healthz (healthzBindAddress, healthzPort): listen on %s: %w", addr, err)
-		}
-		d.Go("healthz", func(ctx context.Context) error { return api.ServeHealthz(ctx, l) })
+	healthz, err := p.healthz(api)
+	if err != nil {
+		return err
 	}
+	// /healthz over plain HTTP (10248), when healthzPort is set.
+	d.Go("healthz", healthz)
 
-	statusv1.RegisterStatusServiceServer(d.Server(), NewServer(nc.Node.GetName(), api.Address(), node, pods))
+	statusv1.RegisterStatusServiceServer(d.Server(), writes.server(nc.Node.GetName(), api.Address()))
 	// A new configuration generation that changes what this service applies at start
 	// restarts it (systemd starts it again); other generations are taken as they come.
 	d.Go("configuration", nodeconfig.Follow(d, ServiceName, cfg.SocketDir, nc, nil, log))

@@ -2,21 +2,28 @@ package status
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	evictionv1 "github.com/unitlet/unitlet/proto/unitlet/eviction/v1"
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
+	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/status/cadvisormetrics"
 	"github.com/unitlet/unitlet/services/status/machineinfo"
 	"github.com/unitlet/unitlet/services/status/nodeapi"
@@ -26,6 +33,7 @@ import (
 	"github.com/unitlet/unitlet/services/status/podstatus"
 	"github.com/unitlet/unitlet/services/status/resourcemetrics"
 	"github.com/unitlet/unitlet/services/status/stats"
+	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
@@ -41,6 +49,7 @@ type parts struct {
 	client     kubernetes.Interface // nil when standalone
 	restConfig *rest.Config
 	rt         *cri.Client
+	conns      []*grpc.ClientConn // to unitlet-podsync, unitlet-volumes and unitlet-eviction
 	podsync    podsyncClient
 	volumes    volumesClient
 	pressure   *pressureWatch
@@ -53,6 +62,94 @@ type parts struct {
 	clk         clock.WithTicker
 	reg         *prometheus.Registry
 	log         *slog.Logger
+}
+
+// apiClients are the API server's clients with the node's credentials, once TLS bootstrap
+// has written them: client-go's clientset (the node API's delegated authentication and
+// authorization, k8s.io/apiserver, take its typed clients) and its REST configuration;
+// both nil when the node is standalone.
+func apiClients(ctx context.Context, nc *nodeconfig.Config, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
+	_, restConfig, err := kube.ForNode(ctx, nc.Paths, nc.KubeletConfiguration, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
+	if err != nil {
+		return nil, nil, daemon.ConfigError(err)
+	}
+	if restConfig == nil {
+		return nil, nil, nil
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, nil, daemon.ConfigError(fmt.Errorf("kubeconfig %s: %w", nc.Paths.GetKubeconfig(), err))
+	}
+	return client, restConfig, nil
+}
+
+// newParts dials the runtime, reads the machine and checks the node built from it, and
+// dials unitlet-podsync, unitlet-volumes and unitlet-eviction; client and restConfig are
+// apiClients'. On an error what it dialled is closed; else Close closes it.
+func newParts(cfg Config, nc *nodeconfig.Config, client kubernetes.Interface, restConfig *rest.Config, reg *prometheus.Registry, log *slog.Logger) (_ *parts, err error) {
+	kc, clk := nc.KubeletConfiguration, clock.RealClock{}
+	p := &parts{
+		nc: nc, client: client, restConfig: restConfig, socketDir: cfg.SocketDir, clk: clk, reg: reg, log: log,
+		nodeAPIUsers: cfg.NodeAPIUsers, cgroupMount: cfg.CgroupMount, loops: liveness.New(time.Now),
+	}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.rt, err = cri.Dial(kc.ContainerRuntimeEndpoint, append(cri.FromConfig(kc), cri.Metrics(reg))...); err != nil {
+		return nil, daemon.ConfigError(fmt.Errorf("containerRuntimeEndpoint: %w", err))
+	}
+	if p.machine, err = nodeinfo.ReadMachine(nc.Paths.GetRootDir()); err != nil {
+		return nil, fmt.Errorf("read the machine's resources: %w", err)
+	}
+	if _, err := nodeinfo.Node(kc, nc.Identity(), p.machine); err != nil {
+		return nil, daemon.ConfigError(err)
+	}
+	for _, service := range []string{"podsync", "volumes", "eviction"} {
+		conn, err := bus.Dial(cfg.SocketDir, service)
+		if err != nil {
+			return nil, err
+		}
+		p.conns = append(p.conns, conn)
+	}
+	p.podsync = podsyncClient{c: podsyncv1.NewPodSyncServiceClient(p.conns[0]), log: log.With("component", "podsync")}
+	p.volumes = volumesClient{c: volumesv1.NewVolumesServiceClient(p.conns[1])}
+	p.pressure = newPressureWatch(evictionv1.NewEvictionServiceClient(p.conns[2]), clk)
+	return p, nil
+}
+
+// Close closes the connections to the other services, the last dialled first, then the
+// runtime's.
+func (p parts) Close() {
+	for _, conn := range slices.Backward(p.conns) {
+		_ = conn.Close()
+	}
+	if p.rt != nil {
+		_ = p.rt.Close()
+	}
+}
+
+// healthz is the loop that serves /healthz over plain HTTP on healthzBindAddress and
+// healthzPort (10248), its listener bound now, before READY=1, as the node API's is: a
+// port in use fails the start with the reason. Without a healthzPort it only waits.
+func (p parts) healthz(api *nodeapi.Server) (func(context.Context) error, error) {
+	kc := p.nc.KubeletConfiguration
+	if kc.HealthzPort == nil || *kc.HealthzPort <= 0 {
+		return untilDone, nil
+	}
+	addr := net.JoinHostPort(kc.HealthzBindAddress, strconv.Itoa(int(*kc.HealthzPort)))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("healthz (healthzBindAddress, healthzPort): listen on %s: %w", addr, err)
+	}
+	return func(ctx context.Context) error { return api.ServeHealthz(ctx, l) }, nil
+}
+
+// untilDone is the loop of a part that is off: it waits for ctx to end.
+func untilDone(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 // nodeStatus is the node in the API: registration, status, conditions and the lease.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -12,6 +13,12 @@ import (
 // shutdownPoll is how often podsync is asked whether the node shuts down, while graceful
 // node shutdown is configured: an answer from podsync's memory, over the local socket.
 const shutdownPoll = time.Second
+
+// gracefulShutdownOn reports whether the configuration gives graceful node shutdown time:
+// shutdownGracePeriod or shutdownGracePeriodByPodPriority.
+func gracefulShutdownOn(kc *kubeletconfigv1beta1.KubeletConfiguration) bool {
+	return kc.ShutdownGracePeriod.Duration > 0 || len(kc.ShutdownGracePeriodByPodPriority) > 0
+}
 
 // runtimeHealther is podsync's health report (podsyncClient).
 type runtimeHealther interface {
@@ -24,14 +31,24 @@ type runtimeHealther interface {
 // shutdown manager sees logind's PrepareForShutdown. The Ready condition itself comes
 // from the same report in the status loop (nodestatus).
 type shutdownWatch struct {
+	on     bool // graceful node shutdown is configured
 	health runtimeHealther
 	clk    clock.WithTicker
 	wake   chan<- struct{}
 	last   bool
 }
 
-// Run polls until ctx ends.
+// newShutdownWatch watches health (podsync's report) for a graceful node shutdown and
+// wakes the status loop through wake. It is off when kc configures no graceful shutdown.
+func newShutdownWatch(kc *kubeletconfigv1beta1.KubeletConfiguration, health runtimeHealther, clk clock.WithTicker, wake chan<- struct{}) *shutdownWatch {
+	return &shutdownWatch{on: gracefulShutdownOn(kc), health: health, clk: clk, wake: wake}
+}
+
+// Run polls until ctx ends; off, it only waits for that.
 func (w *shutdownWatch) Run(ctx context.Context) error {
+	if !w.on {
+		return untilDone(ctx)
+	}
 	tick := w.clk.NewTicker(shutdownPoll)
 	defer tick.Stop()
 	for {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
@@ -28,7 +29,9 @@ func (f *fakeHealth) RuntimeHealth(context.Context) (*podsyncv1.RuntimeHealth, e
 func TestShutdownWakesTheStatusLoop(t *testing.T) {
 	h := &fakeHealth{}
 	wake := make(chan struct{}, 1)
-	w := &shutdownWatch{health: h, clk: clock.RealClock{}, wake: wake}
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{}
+	kc.ShutdownGracePeriod.Duration = 30 * time.Second
+	w := newShutdownWatch(kc, h, clock.RealClock{}, wake)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
@@ -54,5 +57,17 @@ func TestShutdownWakesTheStatusLoop(t *testing.T) {
 	case <-wake:
 	case <-time.After(3 * time.Second):
 		t.Fatalf("the status loop was not woken when the shutdown was cancelled")
+	}
+}
+
+// Without graceful node shutdown in the configuration the watch asks podsync nothing and
+// its loop ends with ctx; either setting turns it on.
+func TestShutdownWatchOffWithoutGracefulShutdown(t *testing.T) {
+	kc := &kubeletconfigv1beta1.KubeletConfiguration{}
+	w := newShutdownWatch(kc, nil, clock.RealClock{}, make(chan struct{}, 1))
+	endsWithCtx(t, w.Run)
+	kc.ShutdownGracePeriodByPodPriority = []kubeletconfigv1beta1.ShutdownGracePeriodByPodPriority{{Priority: 0, ShutdownGracePeriodSeconds: 10}}
+	if !newShutdownWatch(kc, nil, clock.RealClock{}, nil).on {
+		t.Error("shutdownGracePeriodByPodPriority: the watch is off")
 	}
 }

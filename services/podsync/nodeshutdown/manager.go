@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	v1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/unitlet/unitlet/shared/checkpoint"
 )
 
 // The kubelet's words: the pods' final status, the admission refusal, the Node's Ready
@@ -69,9 +73,7 @@ type Options struct {
 	// Groups are the priority groups, lowest priority first (Groups).
 	Groups []Group
 	// Dial connects to logind.
-	Dial func() (Logind, error)
-	// Pods are the pods to end; SetPods may give them later.
-	Pods   Pods
+	Dial   func() (Logind, error)
 	Events Events
 	Clock  clock.WithTicker
 	Log    *slog.Logger
@@ -90,8 +92,9 @@ type Options struct {
 	State StateStore
 }
 
-// Manager is graceful node shutdown: Run holds the inhibitor and ends the pods on a
-// shutdown; ShuttingDown and Admit tell admission and the node's health.
+// Manager is graceful node shutdown: Follow's loop holds the inhibitor and ends the pods
+// on a shutdown; ShuttingDown and Admit tell admission and the node's health. A Manager
+// without groups (ForNode, when the configuration gives no time) is off.
 type Manager struct {
 	o       Options
 	metrics *metrics
@@ -105,7 +108,24 @@ type Manager struct {
 	delayShort time.Duration
 }
 
-// New makes a Manager; Run starts it.
+// ForNode is graceful node shutdown as the configuration kc sets it (Groups): logind on the
+// system bus, the last shutdown's times kept in <rootDir>/nodeshutdown. When kc gives it
+// no time it is off: the Manager admits every pod, never reports a shutdown, registers no
+// metrics and opens no state, and its loop only waits for its end.
+func ForNode(kc *v1beta1.KubeletConfiguration, rootDir string, events Events, clk clock.WithTicker, reg prometheus.Registerer, log *slog.Logger) (*Manager, error) {
+	groups := Groups(kc)
+	if len(groups) == 0 {
+		return &Manager{}, nil
+	}
+	// The last shutdown's times, for the kubelet's gauges after the reboot.
+	state, err := checkpoint.Open(filepath.Join(rootDir, "nodeshutdown"))
+	if err != nil {
+		return nil, err
+	}
+	return New(Options{Groups: groups, Dial: DialLogind, Events: events, Clock: clk, Log: log, Registry: reg, State: state}), nil
+}
+
+// New makes a Manager; Follow gives its loop.
 func New(o Options) *Manager {
 	if o.Poll == 0 {
 		o.Poll = 100 * time.Millisecond
@@ -120,10 +140,6 @@ func New(o Options) *Manager {
 	m.loadState()
 	return m
 }
-
-// SetPods gives the manager the pods it ends, before Run (podsync's workers are made after
-// admission, which asks Admit).
-func (m *Manager) SetPods(p Pods) { m.o.Pods = p }
 
 // ShuttingDown reports whether the node is shutting down: logind announced it and has not
 // cancelled it.
@@ -147,11 +163,25 @@ func (m *Manager) setShuttingDown(v bool) {
 	m.mu.Unlock()
 }
 
-// Run follows logind until ctx ends, connecting again whenever the connection is lost.
-func (m *Manager) Run(ctx context.Context) error {
+// Follow is the loop that follows logind until ctx ends, connecting again whenever the
+// connection is lost, and on a shutdown ends pods. The pods come here, not to New:
+// podsync's workers are made after admission, which asks Admit. Off (no groups), the loop
+// only waits for ctx to end.
+func (m *Manager) Follow(pods Pods) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if len(m.o.Groups) == 0 {
+			<-ctx.Done()
+			return nil
+		}
+		return m.run(ctx, pods)
+	}
+}
+
+// run follows logind until ctx ends.
+func (m *Manager) run(ctx context.Context, pods Pods) error {
 	retry := m.o.Retry
 	for {
-		err := m.follow(ctx)
+		err := m.follow(ctx, pods)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -175,7 +205,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // follow connects to logind once: it checks InhibitDelayMaxSec, takes the inhibitor (or,
 // when a shutdown is already under way, ends the pods at once) and handles
 // PrepareForShutdown until the connection ends (nil) or cannot be made (an error).
-func (m *Manager) follow(ctx context.Context) error {
+func (m *Manager) follow(ctx context.Context, pods Pods) error {
 	l, err := m.o.Dial()
 	if err != nil {
 		return fmt.Errorf("connect to logind: %w", err)
@@ -199,7 +229,7 @@ func (m *Manager) follow(ctx context.Context) error {
 		// delay inhibitor now. What it can still do is end the pods it has, as far as
 		// the machine lets it.
 		m.o.Log.Warn("graceful node shutdown: the node is already shutting down; ending the pods without an inhibitor")
-		m.shutdown(ctx, nil)
+		m.shutdown(ctx, pods, nil)
 	} else if lock, err = l.Inhibit(); err != nil {
 		return fmt.Errorf("take logind's delay inhibitor: %w", err)
 	}
@@ -215,7 +245,7 @@ func (m *Manager) follow(ctx context.Context) error {
 			// a restart of podsync during the shutdown, the pods the runtime runs get their
 			// workers only as the pod sources deliver them, after the first round.
 			if m.ShuttingDown() {
-				m.endPods(ctx)
+				m.endPods(ctx, pods)
 			}
 		case begins, ok := <-signals:
 			if !ok {
@@ -223,7 +253,7 @@ func (m *Manager) follow(ctx context.Context) error {
 			}
 			if begins {
 				m.o.Log.Info("graceful node shutdown: logind announced a shutdown")
-				m.shutdown(ctx, lock)
+				m.shutdown(ctx, pods, lock)
 				lock = nil
 				continue
 			}
@@ -283,7 +313,7 @@ func (m *Manager) DelayShort() time.Duration {
 }
 
 // shutdown ends the pods group by group, then lets the shutdown go on (lock).
-func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
+func (m *Manager) shutdown(ctx context.Context, pods Pods, lock io.Closer) {
 	m.setShuttingDown(true)
 	m.o.Events.NodeEvent(corev1.EventTypeNormal, eventReason, eventShutdown)
 	began := m.o.Clock.Now()
@@ -293,13 +323,13 @@ func (m *Manager) shutdown(ctx context.Context, lock io.Closer) {
 		release(lock, m.o.Log)
 		m.o.Log.Info("graceful node shutdown: pods ended; the node may shut down", "took", m.o.Clock.Since(began).Round(time.Millisecond))
 	}()
-	m.endPods(ctx)
+	m.endPods(ctx, pods)
 }
 
 // endPods ends the active pods this shutdown has not stopped yet, group by group.
-func (m *Manager) endPods(ctx context.Context) {
+func (m *Manager) endPods(ctx context.Context, all Pods) {
 	var todo []*corev1.Pod
-	for _, p := range m.o.Pods.ActivePods() {
+	for _, p := range all.ActivePods() {
 		if !m.stopped[p.UID] {
 			todo = append(todo, p)
 		}
@@ -317,9 +347,9 @@ func (m *Manager) endPods(ctx context.Context) {
 			m.stopped[p.UID] = true
 			grace := podGrace(g, p)
 			m.o.Log.Info("graceful node shutdown: stopping pod", "pod", p.Namespace+"/"+p.Name, "priority", g.Priority, "grace", grace)
-			m.o.Pods.Shutdown(p.UID, grace, ReasonTerminated, MessageTerminated)
+			all.Shutdown(p.UID, grace, ReasonTerminated, MessageTerminated)
 		}
-		left := m.wait(ctx, pods, g.Budget)
+		left := m.wait(ctx, all, pods, g.Budget)
 		m.o.Log.Info("graceful node shutdown: priority group done", "priority", g.Priority, "budget", g.Budget,
 			"took", m.o.Clock.Since(start).Round(time.Millisecond), "pods", len(pods), "not ended", left)
 		if ctx.Err() != nil {
@@ -328,15 +358,15 @@ func (m *Manager) endPods(ctx context.Context) {
 	}
 }
 
-// wait waits until every one of pods has ended, its final status in the API, or budget
-// has passed; it returns how many have not.
+// wait waits until every one of pods (of all) has ended, its final status in the API, or
+// budget has passed; it returns how many have not.
 //
 // Waiting for the statuses is unitlet's own: the kubelet writes pod statuses in the
 // process that holds the inhibitor, while here unitlet-status writes them, and systemd
 // stops it with everything else once the inhibitor is let go. Without the wait, the last
 // group's statuses could be lost with it. It is bounded by the group's budget, as the
 // kubelet's wait for the group's volumes is.
-func (m *Manager) wait(ctx context.Context, pods []*corev1.Pod, budget time.Duration) int {
+func (m *Manager) wait(ctx context.Context, all Pods, pods []*corev1.Pod, budget time.Duration) int {
 	began := m.o.Clock.Now()
 	deadline := m.o.Clock.NewTimer(budget)
 	defer deadline.Stop()
@@ -348,7 +378,7 @@ func (m *Manager) wait(ctx context.Context, pods []*corev1.Pod, budget time.Dura
 		for _, p := range pods {
 			switch {
 			case ended[p.UID]:
-			case m.o.Pods.Ended(p.UID):
+			case all.Ended(p.UID):
 				ended[p.UID] = true
 				m.o.Log.Info("graceful node shutdown: pod ended, its final status in the API", "pod", p.Namespace+"/"+p.Name, "after", m.o.Clock.Since(began).Round(time.Millisecond))
 			default:

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -229,7 +232,7 @@ func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind, opt
 			r.dials <- struct{}{}
 			return logind, nil
 		},
-		Pods: pods, Events: r.events, Clock: clock.RealClock{},
+		Events: r.events, Clock: clock.RealClock{},
 		Log:   slog.New(slog.NewTextHandler(r.log, nil)),
 		Poll:  5 * time.Millisecond,
 		Retry: 10 * time.Millisecond,
@@ -243,8 +246,8 @@ func start(t *testing.T, groups []Group, pods *fakePods, logind *fakeLogind, opt
 	r.cancel = cancel
 	go func() {
 		defer close(r.done)
-		if err := r.m.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
+		if err := r.m.Follow(pods)(ctx); err != nil {
+			t.Errorf("Follow: %v", err)
 		}
 	}()
 	t.Cleanup(func() {
@@ -604,4 +607,69 @@ func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestForNodeOffWhenTheConfigurationGivesNoTime: without shutdownGracePeriod the manager
+// admits every pod, never reports a shutdown, keeps no state and registers no gauges, and
+// its loop touches no pod and ends with ctx.
+func TestForNodeOffWhenTheConfigurationGivesNoTime(t *testing.T) {
+	root, reg := t.TempDir(), prometheus.NewRegistry()
+	m, err := ForNode(&kubeletConfig{}, root, &fakeEvents{}, clock.RealClock{}, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, reason, message := m.Admit(); !ok {
+		t.Errorf("Admit = false, %q, %q; want every pod admitted", reason, message)
+	}
+	if m.ShuttingDown() {
+		t.Error("ShuttingDown with graceful node shutdown off")
+	}
+	if _, err := os.Stat(filepath.Join(root, "nodeshutdown")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the state directory: %v, want none made while off", err)
+	}
+	if got := gauges(t, reg); len(got) != 0 {
+		t.Errorf("gauges %v registered while off, want none", got)
+	}
+	pods := newFakePods(pod("a", nil, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Follow(pods)(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the loop ended before ctx did: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the loop: %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not end with ctx")
+	}
+	if got := pods.calls(); len(got) != 0 {
+		t.Errorf("pods stopped while off: %v", got)
+	}
+}
+
+// TestForNodeOnKeepsItsState: with shutdownGracePeriod the manager's groups are the
+// configuration's, and the last shutdown's times are kept under the root directory.
+func TestForNodeOnKeepsItsState(t *testing.T) {
+	root, reg := t.TempDir(), prometheus.NewRegistry()
+	kc := &kubeletConfig{}
+	kc.ShutdownGracePeriod.Duration, kc.ShutdownGracePeriodCriticalPods.Duration = 30*time.Second, 10*time.Second
+	m, err := ForNode(kc, root, &fakeEvents{}, clock.RealClock{}, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := Groups(kc); !slices.Equal(m.o.Groups, want) {
+		t.Errorf("groups %v, want %v", m.o.Groups, want)
+	}
+	if st, err := os.Stat(filepath.Join(root, "nodeshutdown")); err != nil || !st.IsDir() {
+		t.Errorf("the state directory: %v, want it made", err)
+	}
+	if got := gauges(t, reg); len(got) != 2 {
+		t.Errorf("gauges %v, want the two graceful shutdown gauges", got)
+	}
 }

@@ -47,6 +47,16 @@ type cached struct {
 	expires   time.Time
 }
 
+// NodePlugins are the node's plugins: none when no configuration file is named (no
+// --image-credential-provider-config), else LoadPlugins's, whose error stops the start as
+// the kubelet's does.
+func NodePlugins(configFile, binDir string, clk clock.Clock, log *slog.Logger) (*Plugins, error) {
+	if configFile == "" {
+		return &Plugins{}, nil
+	}
+	return LoadPlugins(configFile, binDir, clk, log)
+}
+
 // LoadPlugins reads the CredentialProviderConfig file (--image-credential-provider-config)
 // and checks it and the plugins in binDir (--image-credential-provider-bin-dir) as the
 // kubelet does at start. Every error names the file and, where one is at fault, the field.

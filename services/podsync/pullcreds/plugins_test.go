@@ -119,3 +119,19 @@ func TestLoadPluginsErrorsNameFileAndField(t *testing.T) {
 		t.Errorf("a missing config file: error %v, want one naming it", err)
 	}
 }
+
+// Without --image-credential-provider-config the node has no plugins: a lookup gives
+// nothing and nothing is read; with one, it is loaded and its errors stop the start.
+func TestNodePluginsNoneWithoutAConfigFile(t *testing.T) {
+	ps, err := NodePlugins("", "", clocktesting.NewFakeClock(time.Now()), slog.Default())
+	if err != nil {
+		t.Fatalf("no config file: %v, want no plugins and no error", err)
+	}
+	if got := ps.Lookup(context.Background(), "registry.example:5000/team/app"); len(got) != 0 {
+		t.Errorf("no config file: Lookup = %v, want nothing", got)
+	}
+	absent := filepath.Join(t.TempDir(), "absent.yaml")
+	if _, err := NodePlugins(absent, t.TempDir(), clocktesting.NewFakeClock(time.Now()), slog.Default()); err == nil || !strings.Contains(err.Error(), "absent.yaml") {
+		t.Errorf("a named config file that is missing: error %v, want one naming it", err)
+	}
+}
