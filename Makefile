@@ -53,40 +53,88 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
-## test: everything — generated code, lint, unit tests, integration tests, the vm node.
-## The vm suite runs in the background (its output kept in ~/.cache/unitlet/test-vm.log
-## and printed when it ends). Beside it, at nice 15 and the lowest best-effort I/O
-## priority so that the emulated guest keeps its core, run lint, deb-check, test-unit, the
-## harness suites, test-kubeadm and, last, test-faults (none of their stacks takes a port
-## of the vm stack's). The kernel's autogroup scheduling is off for the run: it gives each
-## new session (each service in the harness's nspawn machines is one) as much CPU as the
-## vm's, whatever its nice, so the lane's nice 15 did not hold and the fault suite's load
-## starved the guest.
-## When a suite fails, the failing tests are listed last, each with the last lines its
-## test code printed (deploy/test-failures.sh).
-test: prereqs proto-check build harness-binaries deb prev-release
-	@log=$(CACHE)/test-vm.log; lane=$(CACHE)/test-lane.log; mkdir -p $(CACHE); \
-	ag=/proc/sys/kernel/sched_autogroup_enabled; \
+## test: everything: generated code, lint, unit tests, the packages, the harness suites, the
+## fault suite, kubeadm and the vm node, as a schedule of steps (the run-* targets below, run
+## by make -j): what the vm suite needs is built first at full priority, then the vm suite
+## runs (its emulated guest takes a core for about 25 minutes) while the other steps share
+## the other core at nice 15 and the lowest best-effort I/O priority: the CPU-bound checks
+## (proto-check, lint, unit tests) and then the fault suite in one chain, the harness
+## suites (test-integration beside test-containerd2, then test-kubeadm, which takes the
+## kubelet's ports) in another. A step that fails does not stop the others; the steps that
+## need what failed to build do not run. Each step's output goes to its own log in
+## $(TESTRUN) (the console gets a line as each starts and ends); at the end every log is
+## printed, then the failing tests, each with the last lines its test code printed
+## (deploy/test-failures.sh), then the table of where the time went (integration/suitetimes:
+## each step's build, stack up, tests and take-down). The kernel's autogroup scheduling is
+## off for the run: with it, every session (each service in the harness's nspawn machines
+## is one) gets as much CPU as the vm's, whatever its nice.
+TESTRUN := $(CACHE)/test-run
+TIMED := deploy/timed.sh $(TESTRUN)/times.tsv
+LANE := nice -n 15 ionice -c2 -n7
+test: prereqs
+	@rm -rf $(TESTRUN); mkdir -p $(TESTRUN)
+	@ag=/proc/sys/kernel/sched_autogroup_enabled; \
 	if [ "$$(cat $$ag 2>/dev/null)" = 1 ]; then \
 		echo 0 >$$ag || { echo "make test: cannot turn the kernel's autogroup scheduling off ($$ag): run as root"; exit 1; }; \
 		trap 'echo 1 >'$$ag EXIT; \
 		echo "make test: the kernel's autogroup scheduling is off until the run ends (else each session the lane starts, every service in its nspawn machines among them, gets a CPU share equal to the vm's whatever its nice)"; \
 	fi; \
-	echo "make test: test-vm runs in the background (log: $$log) beside the other suites at nice 15 (log: $$lane)"; \
-	start=$$(date +%s); \
-	( $(TEST_VM) ) >$$log 2>&1 & vm=$$!; \
-	rc=0; nice -n 15 ionice -c2 -n7 $(MAKE) --no-print-directory lint deb-check-built test-unit test-integration test-containerd2 test-kubeadm-built test-faults 2>&1 | tee $$lane || rc=$$?; \
-	echo "make test: the suites beside test-vm ended after $$(( $$(date +%s) - start )) s (exit status $$rc)"; \
-	vmrc=0; wait $$vm || vmrc=$$?; \
-	echo "== test-vm (exit status $$vmrc, $$(( $$(date +%s) - start )) s), from $$log:"; cat $$log; \
-	if [ $$rc -ne 0 ] || [ $$vmrc -ne 0 ]; then deploy/test-failures.sh $$lane $$log; fi; \
-	if [ $$rc -ne 0 ]; then echo "make test: a suite beside test-vm failed (above; its failing tests last)"; exit 1; fi; \
-	if [ $$vmrc -ne 0 ]; then echo "make test: test-vm failed (above; its failing tests last)"; exit 1; fi
-	@echo "make test: all passed"
+	echo "make test: the steps' logs are in $(TESTRUN)"; \
+	$(MAKE) --no-print-directory -k -j 16 $(RUN_STEPS) || true; \
+	deploy/test-report.sh $(TESTRUN) $(RUN_ALL)
+
+# The steps of make test. Set-up steps fail as their command does, and the steps that need
+# them do not run; a test step always ends well for make (its exit status is in the times
+# file), so that the steps ordered after it still run.
+RUN_STEPS := run-vm run-unit run-faults run-kubeadm run-containerd2 run-deb-check
+RUN_ALL := build control-plane trees deb prev-release vm proto-check lint unit faults harness-binaries integration containerd2 deb-check kubeadm
+RUN_SETUP = $(TIMED) $(1) $(TESTRUN)/$(1).log --
+RUN_TEST = $(TIMED) $(1) $(TESTRUN)/$(1).log -- $(2) || true
+.PHONY: $(RUN_STEPS) run-build run-control-plane run-trees run-deb run-prev-release run-proto-check run-lint run-harness-binaries run-integration
+
+# What the vm suite needs, at full priority.
+run-build:
+	@$(call RUN_SETUP,build) $(MAKE) --no-print-directory build
+run-control-plane: run-build
+	@$(call RUN_SETUP,control-plane) $(BIN)/unitlet-harness build control-plane
+run-trees: run-build
+	@$(call RUN_SETUP,trees) nice -n 10 $(BIN)/unitlet-harness build vm-tree nspawn-tree
+run-deb: run-build
+	@$(call RUN_SETUP,deb) $(MAKE) --no-print-directory deb-built
+run-prev-release:
+	@$(call RUN_SETUP,prev-release) $(MAKE) --no-print-directory prev-release
+run-vm: run-build run-control-plane run-trees run-deb run-prev-release
+	@$(call RUN_TEST,vm,$(TEST_VM))
+# The CPU-bound checks, then the fault suite, which loads both cores in its churn.
+run-proto-check:
+	@$(call RUN_TEST,proto-check,$(LANE) $(MAKE) --no-print-directory proto-check)
+run-lint: run-proto-check
+	@$(call RUN_TEST,lint,$(LANE) $(MAKE) --no-print-directory lint)
+run-unit: run-lint
+	@$(call RUN_TEST,unit,$(LANE) $(MAKE) --no-print-directory test-unit)
+run-faults: run-build run-control-plane run-trees run-unit
+	@$(call RUN_TEST,faults,$(LANE) $(TEST_FAULTS))
+# The harness suites: test-integration and test-containerd2 side by side (their stacks'
+# ports and directories are apart), then test-kubeadm.
+run-harness-binaries: run-control-plane
+	@$(call RUN_SETUP,harness-binaries) $(LANE) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
+run-integration: run-build run-harness-binaries run-trees run-prev-release
+	@$(call RUN_TEST,integration,$(LANE) $(TEST_INTEGRATION))
+run-containerd2: run-build run-harness-binaries
+	@$(call RUN_TEST,containerd2,$(LANE) $(TEST_CONTAINERD2))
+run-deb-check: run-deb
+	@$(call RUN_TEST,deb-check,$(LANE) $(MAKE) --no-print-directory deb-check-built)
+run-kubeadm: run-deb run-harness-binaries run-trees run-integration
+	@$(call RUN_TEST,kubeadm,$(LANE) $(MAKE) --no-print-directory test-kubeadm-built)
 
 ## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
 ## unitlet meta-package (deploy/deb/build.sh, with nfpm; README.md, "Debian packages")
-deb: build $(NFPM)
+deb: build
+	$(MAKE) --no-print-directory deb-built
+
+# deb-built: the packages of bin/ as it is, building no binary
+.PHONY: deb-built
+deb-built: $(NFPM)
 	deploy/deb/build.sh $(NFPM) $(BIN) $(DIST)
 
 ## deb-check: the packages built, lintian over each (an error or a warning fails; the
@@ -112,8 +160,9 @@ test-unit:
 ## test-integration: real processes under systemd-socket-activate, unit files under
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
+TEST_INTEGRATION = env UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m -v -parallel 8 $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$\|/integration/faultstest$$') ./systemd/...
 test-integration: build harness-binaries prev-release
-	UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$\|/integration/faultstest$$') ./systemd/...
+	$(TEST_INTEGRATION)
 
 ## test-faults: the fault suite (integration/faultstest, integration/stacks/faults.yaml):
 ## 100 pods churned (about 5 creates and 5 deletes a second, with probes, an init
@@ -124,8 +173,9 @@ test-integration: build harness-binaries prev-release
 ## is filled to 100 % for a minute; then the invariants table, each with its target
 ## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it last in
 ## the lane beside the vm suite (README.md, "Fault suite").
+TEST_FAULTS = env UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/faultstest/
 test-faults: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/faultstest/
+	$(TEST_FAULTS)
 
 ## test-containerd2: the harness tests that exercise the runtime (CRI, pod lifecycle,
 ## probes, hooks, init, sidecar and ephemeral containers, restart policies, termination,
@@ -134,8 +184,9 @@ test-faults: build harness-binaries
 ## module into the cache by harness-binaries (~5 min)
 CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
 .PHONY: test-containerd2
+TEST_CONTAINERD2 = env UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -parallel 8 -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 test-containerd2: build harness-binaries
-	UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
+	$(TEST_CONTAINERD2)
 
 ## test-vm: unitlet in a qemu virtual machine (integration/stacks/vm-node.yaml; its tree and
 ## disk image cached in ~/.cache/unitlet), installed in the guest from the packages of
@@ -143,7 +194,7 @@ test-containerd2: build harness-binaries
 ## service, a pod from the API server, each package upgraded on its own from the previous
 ## release (make prev-release) under load; prints boot-to-installed, boot-to-Ready,
 ## boot-to-first-pod and the upgrade's table
-TEST_VM = UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=60m -v ./integration/vmtest/
+TEST_VM = env UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=60m -v ./integration/vmtest/
 test-vm: build harness-binaries deb prev-release
 	$(TEST_VM)
 

@@ -2,7 +2,8 @@
 // compose file: a real control plane, and node machines running unitlet.
 //
 //	unitlet-harness up         [-f STACK.yaml]
-//	unitlet-harness build      (only build or find the control plane, registry, metrics-server, containerd and kubeadm binaries)
+//	unitlet-harness build      [PART...] (only build or find the control plane, registry, metrics-server, containerd and kubeadm binaries,
+//	                           or the named parts: control-plane registry metrics-server containerd kubeadm vm-tree nspawn-tree)
 //	unitlet-harness down       [-f STACK.yaml]
 //	unitlet-harness status     [-f STACK.yaml] [-o json]
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]
@@ -63,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	output := fs.StringP("output", "o", "", "json for machine-readable status")
 	lines := fs.IntP("lines", "n", 50, "log lines per component")
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: unitlet-harness up|down|status|logs|exec|kubeconfig|build [-f STACK.yaml]")
+		fmt.Fprintln(stderr, "usage: unitlet-harness up|down|status|logs|exec|kubeconfig|build [PART...] [-f STACK.yaml]")
 		return 2
 	}
 	cmd := args[0]
@@ -82,18 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "up":
 		err = h.Up(ctx)
 	case "build":
-		if _, err = harness.EnsureBinaries(repo, stdout); err == nil {
-			_, err = harness.EnsureRegistryBinary(repo, stdout)
-		}
-		if err == nil {
-			_, err = harness.EnsureMetricsServerBinary(repo, stdout)
-		}
-		if err == nil {
-			_, err = harness.EnsureContainerd(repo, stdout)
-		}
-		if err == nil {
-			_, err = harness.EnsureKubeadm(repo, stdout)
-		}
+		err = h.Build(fs.Args()...)
 	case "down":
 		err = h.Down()
 	case "status":

@@ -232,3 +232,46 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 	fmt.Fprintf(out, "built %s in %s\n", what, time.Since(start).Round(time.Second))
 	return nil
 }
+
+// BuildParts are what `unitlet-harness build PART...` builds or finds, by name, in the
+// order `unitlet-harness build` with no part builds them all: make test builds the ones
+// the vm suite needs first and the rest beside the suites that start earlier.
+var BuildParts = []string{"control-plane", "registry", "metrics-server", "containerd", "kubeadm", "vm-tree", "nspawn-tree"}
+
+// Build builds or finds the named parts (BuildParts); none: every binary (not the trees,
+// which the first stack that needs one builds).
+func (h *Harness) Build(parts ...string) error {
+	if len(parts) == 0 {
+		parts = BuildParts[:5]
+	}
+	for _, p := range parts {
+		var err error
+		switch p {
+		case "control-plane":
+			_, err = EnsureBinaries(h.repo, h.out)
+		case "registry":
+			_, err = EnsureRegistryBinary(h.repo, h.out)
+		case "metrics-server":
+			_, err = EnsureMetricsServerBinary(h.repo, h.out)
+		case "containerd":
+			_, err = EnsureContainerd(h.repo, h.out)
+		case "kubeadm":
+			_, err = EnsureKubeadm(h.repo, h.out)
+		case "vm-tree", "nspawn-tree":
+			ensure, what := h.ensureVMTree, "the vm tree"
+			if p == "nspawn-tree" {
+				ensure, what = h.ensureNspawnTree, "the nspawn machine tree"
+			}
+			var did string
+			if did, err = ensure(); err == nil {
+				fmt.Fprintf(h.out, "%s%s\n", what, did)
+			}
+		default:
+			err = fmt.Errorf("no part %q to build: the parts are %s", p, strings.Join(BuildParts, ", "))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -63,7 +63,10 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 	}
 	setShared(h)
 	stopKeeping := h.KeepRuntime()
+	ran := time.Now()
 	code := m.Run()
+	// Read by make test's table of suites (integration/suitetimes).
+	fmt.Printf("stack %s: tests ran in %s\n", h.stack.Name, time.Since(ran).Round(100*time.Millisecond))
 	if r := stopKeeping(); len(r) > 0 {
 		fmt.Printf("the harness started the stack's containerd again %d times after it died on its own (above)\n", len(r))
 	}
@@ -72,10 +75,12 @@ func Main(m *testing.M, repo string, setShared func(*Harness)) int {
 		return code
 	}
 	st := h.loadState()
+	down := time.Now()
 	if err := h.Down(); err != nil {
 		fmt.Fprintf(os.Stderr, "down: %v\n", err)
 		return 1
 	}
+	fmt.Printf("stack %s is down in %s\n", h.stack.Name, time.Since(down).Round(100*time.Millisecond))
 	// down must leave nothing of the stack behind.
 	if left := h.Leftovers(st); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: down left behind: %s\n", strings.Join(left, "; "))
