@@ -33,6 +33,7 @@ import (
 // message-size error. The one-message ListPods, kept for older clients, is what fails
 // past 4 MiB.
 func TestBusCarriesABigNode(t *testing.T) {
+	// Serial: 250 pods on the node; restarts unitlet-status and unitlet-volumes.
 	const n = 250
 	registerNode(t)
 	started := time.Now()

@@ -20,6 +20,7 @@ import (
 // from the cgroups the stack's containerd made on the host's cgroup v1 tree; its pod
 // cgroup shows with container "".
 func TestCAdvisorMetricsShowALimitedContainer(t *testing.T) {
+	// Serial: measures a container's CPU rate (0.35-0.6 cores).
 	p := busyboxPod("cadvisor-hog", "dd if=/dev/zero of=/dev/shm/hold bs=1M count=20 && while :; do :; done")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
 		corev1.ResourceMemory: resource.MustParse("64Mi"),

@@ -2,6 +2,7 @@ package harnesstest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,16 +49,18 @@ type auditEvent struct {
 	StageTimestamp metav1.MicroTime `json:"stageTimestamp"`
 }
 
-// auditEvents are the API server's audit events (see the harness's audit policy).
+// auditEvents are the API server's audit events (see the harness's audit policy). The
+// API server appends to the log while it is read (more so with tests running in
+// parallel): an unfinished last line is left out.
 func auditEvents(t *testing.T) []auditEvent {
 	t.Helper()
-	f, err := os.Open(stack.AuditLog())
+	b, err := os.ReadFile(stack.AuditLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
 	var out []auditEvent
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var ev auditEvent
@@ -103,6 +106,7 @@ func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 // no other credentials; it turns Ready, and its Node and Lease are written by
 // system:node:<name> (the API server's audit log says who wrote them).
 func TestNspawnNodeJoinsWithTheBootstrapTokenAlone(t *testing.T) {
+	// Serial: audit log must show Node writes by the node only (before the admission tests label it).
 	node := nspawnNode(t)
 	waitNodeReady(t, 2*time.Minute)
 	c, _ := nodeClient(t, node)
@@ -210,8 +214,8 @@ func tokenPod(name string) *corev1.Pod {
 }
 
 // TestNodeOutlivesItsShortLivedCertificates forces node-1's client and serving certificates
-// to rotate now, starts a pod, then (after t.Parallel, which holds it until every other
-// test of the package has run, so the wait overlaps them) waits past those certificates'
+// to rotate now, starts a pod, then (after t.Parallel, which holds it until the package's
+// serial tests have run, so the wait overlaps the parallel ones) waits past those certificates'
 // expiry and checks that nothing noticed: unitlet-certs rotated both again by itself, the
 // pod still runs with no restart, the lease is renewed, a new pod with a service-account
 // token starts and is reported, the node API serves a current certificate, and the API
@@ -251,7 +255,7 @@ func TestNodeOutlivesItsShortLivedCertificates(t *testing.T) {
 	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	createPod(t, pod)
 	before := apiPodRunningReady(t, "certlife-before", 2*time.Minute)
-	t.Logf("forced rotations: the certificates in use expire at %s; the check runs after the other tests", expiry.Format(time.RFC3339))
+	t.Logf("forced rotations: the certificates in use expire at %s; the check runs after the serial tests, beside the parallel ones", expiry.Format(time.RFC3339))
 
 	t.Parallel()
 	if wait := time.Until(expiry.Add(15 * time.Second)); wait > 0 {

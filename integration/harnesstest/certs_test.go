@@ -56,6 +56,7 @@ func whoAmI(t *testing.T, c kubernetes.Interface) authenticationv1.UserInfo {
 }
 
 func TestBootstrapTokenAloneGivesNodeCredentials(t *testing.T) {
+	// Serial: checks every bootstrap-token CSR in the cluster is issued (others create CSRs).
 	c, kubeconfig, certDir := waitBootstrapped(t)
 	u := whoAmI(t, c)
 	if u.Username != "system:node:"+bootstrapNode || !slices.Contains(u.Groups, "system:nodes") {
@@ -130,6 +131,7 @@ func clientCert(t *testing.T, c certsv1.CertsServiceClient) *certsv1.Certificate
 }
 
 func TestCertsRotatesTheClientCertificateAndSurvivesSIGKILL(t *testing.T) {
+	// Serial: rotates certificates, deletes a cluster RBAC binding, SIGKILLs unitlet-certs.
 	c, kubeconfig, _ := waitBootstrapped(t)
 	conn, err := bus.Dial(stack.NodeSocketDir(bootstrapNode), "certs")
 	if err != nil {
@@ -271,6 +273,7 @@ func servedCertificate(t *testing.T, addr string) (*x509.Certificate, error) {
 }
 
 func TestStatusServesTheRotatedServingCertificate(t *testing.T) {
+	// Serial: rotates node-1's serving certificate.
 	addr := strings.TrimPrefix(nodeAPI(t), "https://")
 	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "certs")
 	if err != nil {
@@ -328,6 +331,7 @@ func TestStatusServesTheRotatedServingCertificate(t *testing.T) {
 }
 
 func TestWrongBootstrapTokenBacksOffUntilARightOne(t *testing.T) {
+	t.Parallel()
 	bin, err := integration.Binary("unitlet-config")
 	if err != nil {
 		t.Fatal(err)

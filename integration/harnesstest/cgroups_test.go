@@ -140,6 +140,7 @@ func podCgroupDir(controller string, p *corev1.Pod) string {
 // podPidsLimit; containers run inside them with the kubelet's OOM score per QoS class; a
 // deleted pod's cgroup goes in every hierarchy.
 func TestCgroupsQoSTreeAndLimits(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	g := createPod(t, qosPod("cg-guaranteed", corev1.ResourceRequirements{
 		Requests: resources("cpu", "200m", "memory", "64Mi"), Limits: resources("cpu", "200m", "memory", "64Mi")}))
@@ -254,6 +255,7 @@ func TestCgroupsQoSTreeAndLimits(t *testing.T) {
 // cgroups and keeps them: the same directories (inodes), no second cgroup for a pod, the
 // same containers with no restart.
 func TestCgroupsAdoptedAfterPodsyncSIGKILL(t *testing.T) {
+	// Serial: SIGKILLs unitlet-podsync.
 	const n = 30
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)

@@ -10,5 +10,6 @@ import (
 // vmtest's TestCISWorkerNodeChecks). The machine shares the host's kernel, so
 // protectKernelDefaults is N/A here, with the reason.
 func TestCISWorkerNodeChecksOnNspawnNode(t *testing.T) {
+	t.Parallel()
 	stack.CheckCIS(t, nspawnNode(t), 3*time.Minute)
 }

@@ -35,6 +35,7 @@ const floodChunks = 10
 // gets every line in order across the rotations; the /var/log/containers link points at the
 // log while the container runs, and the link and the log files are gone with the pod.
 func TestContainerLogsRotateWhileFollowed(t *testing.T) {
+	// Serial: 90 MB log flood (node-wide I/O load); rotation timing.
 	waitNodeReady(t, 90*time.Second)
 	// Each line: 8 digits, a space, 90 x's, a newline, as fast as awk and containerd go, in
 	// floodChunks bursts 2 s apart: podsync looks every 3 s, so every look sees a log past
@@ -90,6 +91,7 @@ for (i = from; i <= to; i++) printf "%%08d %%s\n", i, pad }'; c=$((c+1)); [ $c -
 // a pod that was deleted, within its period (a minute), and keeps that of a pod that ended
 // but still exists, whose logs `kubectl logs` still reads.
 func TestContainerLogsRemovedPodsDirectoryGoes(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	ended := busyboxPod("logs-ended", "echo bye")
 	ended.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -264,6 +266,7 @@ func followNumbered(ctx context.Context, t *testing.T, pod string) (read int, to
 // have (as when a container was removed while podsync was down), and a link to a live
 // log; podsync, killed and started again, removes the first and keeps the second.
 func TestContainerLogLinksOfGoneContainersCleanedAfterRestart(t *testing.T) {
+	// Serial: SIGKILLs unitlet-podsync; edits /var/log/containers.
 	waitNodeReady(t, 90*time.Second)
 	createPod(t, busyboxPod("linked", "echo hello; sleep 3600"))
 	pod := apiPodRunningReady(t, "linked", time.Minute)
@@ -285,6 +288,7 @@ func TestContainerLogLinksOfGoneContainersCleanedAfterRestart(t *testing.T) {
 // a drop-in in /etc/unitlet/config.d, which unitlet-config reloads: podsync, not
 // restarted, stops rotating a 5 MB log at 1Gi, and rotates it once the drop-in is gone.
 func TestContainerLogPolicyFollowsTheConfiguration(t *testing.T) {
+	// Serial: changes the node configuration (config drop-in).
 	waitNodeReady(t, 90*time.Second)
 	const dropIn = "/etc/unitlet/config.d/90-container-logs-test.conf"
 	changes := func() int {

@@ -48,6 +48,7 @@ func admin(t testing.TB) kubernetes.Interface {
 }
 
 func TestAPIServerReadyAndControllersWork(t *testing.T) {
+	t.Parallel()
 	c := admin(t)
 	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 	if err != nil || string(body) != "ok" {
@@ -71,6 +72,7 @@ func TestAPIServerReadyAndControllersWork(t *testing.T) {
 }
 
 func TestBootstrapTokenCSRIsApprovedAndIssued(t *testing.T) {
+	t.Parallel()
 	boot := clientFor(t, stack.BootstrapKubeconfig())
 	node := fmt.Sprintf("csr-test-%d", time.Now().UnixNano()%100000)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -117,6 +119,7 @@ func TestBootstrapTokenCSRIsApprovedAndIssued(t *testing.T) {
 }
 
 func TestNodeProcessesAndCommands(t *testing.T) {
+	t.Parallel()
 	node := stack.Stack().Nodes[0].Name
 	out, err := stack.Exec(node, []string{"unitletctl", "config", "-o", "json"}).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"failCgroupV1":false`) && !strings.Contains(string(out), `"failCgroupV1": false`) {

@@ -38,6 +38,7 @@ func pulledBy(t *testing.T, pod, image string) {
 // its cacheDuration: a second pull within it runs no plugin, one after it does. Images
 // outside matchImages (the same registry's other path, the local busybox) never run it.
 func TestCredentialProviderPluginGivesTheRegistryAccount(t *testing.T) {
+	t.Parallel()
 	reg, err := stack.Registry()
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ func metricsAPI(ctx context.Context, t *testing.T, path string, into any) error 
 // metrics-server, scraping node-1's /metrics/resource, shows a pod burning a CPU near 1000m
 // in the metrics API and in `kubectl top pod`, and the node in `kubectl top node`.
 func TestMetricsServerTopShowsABurningPod(t *testing.T) {
+	// Serial: measures a pod's CPU usage (one core).
 	createPod(t, busyboxPod("cpu-burner", "while :; do :; done"))
 	waitPod(t, time.Minute, "default/cpu-burner", "running", running)
 

@@ -139,6 +139,7 @@ var busDescriptors = []protoreflect.FileDescriptor{
 // TestMixedVersions (mixedVersionCalls) or excluded with a reason, every proto file of
 // proto/unitlet is among busDescriptors, and neither list names an RPC that is gone.
 func TestMixedVersionsCoverEveryBusRPC(t *testing.T) {
+	t.Parallel()
 	rpcs := map[string]bool{}
 	files := map[string]bool{}
 	for _, fd := range busDescriptors {
@@ -230,6 +231,7 @@ type mixedRow struct {
 const prevCtlInMachine = "/usr/local/bin/unitletctl-prev"
 
 func TestMixedVersions(t *testing.T) {
+	// Serial: swaps node-1's service binaries.
 	prevDir, err := harness.PrevBinDir()
 	if err != nil {
 		t.Fatal(err)

@@ -109,6 +109,7 @@ func stillRuns(t *testing.T, name, id, after string) {
 // selecting it run (nodeSelector, required node affinity), after a podsync restart too;
 // a pod sent to the node selecting a label it lacks is rejected as the kubelet does.
 func TestNodeAdmissionUsesTheAPIsNodeLabels(t *testing.T) {
+	// Serial: labels the Node; SIGKILLs unitlet-podsync.
 	waitNodeReady(t, 90*time.Second)
 	labelNode(t, testZoneLabel, "a")
 
@@ -157,6 +158,7 @@ func TestNodeAdmissionUsesTheAPIsNodeLabels(t *testing.T) {
 // and podsync stops their containers; a pod that tolerates it keeps running; a pod sent to
 // the tainted node without the toleration is rejected as the kubelet does.
 func TestNodeAdmissionNoExecuteTaints(t *testing.T) {
+	// Serial: taints the Node NoExecute; SIGSTOPs the controller-manager.
 	waitNodeReady(t, 90*time.Second)
 	evicted := createPod(t, busyboxPod("taint-evicted", "sleep 3600"))
 	tolerant := busyboxPod("taint-tolerant", "sleep 3600")
@@ -216,6 +218,7 @@ func stackPID(t *testing.T, name string) int {
 // unreachable, podsync admits a static pod selecting a label of the Node in the API
 // against the last Node it saw, not its local view, which lacks the label.
 func TestNodeAdmissionKeepsTheLastNodeWhileTheAPIServerIsDown(t *testing.T) {
+	// Serial: labels the Node; SIGSTOPs the API server.
 	waitNodeReady(t, 90*time.Second)
 	labelNode(t, testZoneLabel, "a")
 	// podsync has seen the label once a pod selecting it runs. Sent straight to the node, a

@@ -16,6 +16,7 @@ import (
 // node API but cannot open a WebSocket exec into a pod, though a WebSocket upgrade is a
 // GET: the node API authorizes exec, attach, portForward and run as "create".
 func TestNodeAPIGetProxyDoesNotMeanExec(t *testing.T) {
+	t.Parallel()
 	base := nodeAPI(t)
 	createPod(t, busyboxPod("authz-target", "sleep 3600"))
 	apiPodRunningReady(t, "authz-target", 2*time.Minute)

@@ -18,6 +18,7 @@ import (
 // of `yes` (endless output), take nothing from the node: the lease keeps renewing, the
 // node API keeps answering, and the /run is cut off with 413 instead of filling memory.
 func TestNodeAPISlowClientsAndHugeRunDoNotStarveTheLease(t *testing.T) {
+	t.Parallel()
 	base := nodeAPI(t)
 	createPod(t, busyboxPod("limits-target", "sleep 3600"))
 	apiPodRunningReady(t, "limits-target", 2*time.Minute)

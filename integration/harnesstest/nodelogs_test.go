@@ -57,6 +57,7 @@ func proxyGet(t *testing.T, node, path string) (int, string) {
 // runs under its unit on node-1 beside unitlet-status, itself under its shipped unit's
 // sandbox; a bad parameter is refused naming it.
 func TestNodeLogQuery(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	// short-precise: "Nov 26 01:47:37.123456 node-1 unitlet-podsync[123]: ...".
 	podsyncLine := regexp.MustCompile(`^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d\.\d{6} \S+ unitlet-podsync\[\d+\]: `)
@@ -113,6 +114,7 @@ func TestNodeLogQuery(t *testing.T) {
 // as the API server), a caller allowed only "get nodes/proxy" is refused /logs/, which is
 // authorized as nodes/log, and one allowed "get nodes/log" reads the journal.
 func TestNodeLogQueryNeedsNodesLog(t *testing.T) {
+	t.Parallel()
 	base := nodeAPI(t)
 	anon := &http.Client{Timeout: 40 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the node's serving certificate is not what this test checks
 	proxyOnly := serviceAccountToken(t, "nodelogs-proxy-only", "nodes/proxy")

@@ -66,6 +66,7 @@ var nodeServices = []string{"status", "config", "certs", "podsync", "volumes"}
 // service's series and unitlet_service_up 1 for each; a stopped service reads 0 while the
 // scrape still answers, and 1 again once it runs.
 func TestNodeMetricsGathersEveryService(t *testing.T) {
+	// Serial: stops unitlet-certs.
 	waitNodeReady(t, 90*time.Second)
 	ctx := context.Background()
 	start := time.Now()
@@ -156,6 +157,7 @@ func lintNames(t *testing.T, fams map[string]*dto.MetricFamily) {
 // TestNodeMetricsProbes: /metrics/probes counts a readiness probe's successes with the
 // kubelet's labels, and times them.
 func TestNodeMetricsProbes(t *testing.T) {
+	t.Parallel()
 	p := busyboxPod("probed-metrics", "touch /tmp/ready; while true; do sleep 1; done")
 	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}},

@@ -31,6 +31,7 @@ func configAnswers(t *testing.T, node string) {
 }
 
 func TestNspawnNodeBootsWithSystemd(t *testing.T) {
+	t.Parallel()
 	node := nspawnNode(t)
 	// The harness waits for "running": a failed unit fails `up` with the units named.
 	if st, _ := stack.Exec(node, []string{"systemctl", "is-system-running"}).Output(); strings.TrimSpace(string(st)) != "running" {
@@ -49,6 +50,7 @@ func TestNspawnNodeBootsWithSystemd(t *testing.T) {
 }
 
 func TestNspawnNodeSocketActivatesConfig(t *testing.T) {
+	// Serial: stops unitlet-config.
 	node := nspawnNode(t)
 	// Stopped, the service is started again by the first connection to its socket. The
 	// node's other services hold streams to it and reconnect at once, so that connection
@@ -75,6 +77,7 @@ func TestNspawnNodeSocketActivatesConfig(t *testing.T) {
 }
 
 func TestNspawnNodeRestartsKilledConfig(t *testing.T) {
+	// Serial: SIGKILLs unitlet-config.
 	node := nspawnNode(t)
 	configAnswers(t, node) // running, socket-activated if it was not
 	before := stack.UnitProps(t, node, "unitlet-config.service", "MainPID", "NRestarts")
@@ -95,6 +98,7 @@ func TestNspawnNodeRestartsKilledConfig(t *testing.T) {
 }
 
 func TestNspawnNodeConfigMemoryLimit(t *testing.T) {
+	t.Parallel()
 	node := nspawnNode(t)
 	configAnswers(t, node)
 	p := stack.UnitProps(t, node, "unitlet-config.service", "MemoryMax", "ControlGroup")

@@ -48,6 +48,7 @@ func waitEphemeral(t *testing.T, within time.Duration, pod, name, what string, c
 // server, is never restarted once it has exited (restartPolicy Always notwithstanding),
 // and goes with the pod.
 func TestPodspecEphemeralContainers(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -137,6 +138,7 @@ func TestPodspecEphemeralContainers(t *testing.T) {
 // container, waits for it to run and attaches to it through the API server and the node
 // API; what it types reaches the container, and the container sees the target's process.
 func TestPodspecKubectlDebugAttach(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -84,6 +84,7 @@ func execIn(t *testing.T, ns, pod, container string, cmd ...string) string {
 // setHostnameAsFQDN; a container mounting its own /etc/hosts keeps it; the file goes
 // with the pod.
 func TestPodspecNetEtcHosts(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	ns := netNamespace(t, "net-hosts-")
@@ -144,6 +145,7 @@ func TestPodspecNetEtcHosts(t *testing.T) {
 // TestPodspecNetHostnameOverride: spec.hostnameOverride is the pod's hostname and the
 // name its /etc/hosts gives its IP, without a domain.
 func TestPodspecNetHostnameOverride(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	ns := netNamespace(t, "net-override-")
 	p := netPod(ns, "override")
@@ -165,6 +167,7 @@ func TestPodspecNetHostnameOverride(t *testing.T) {
 // TestPodspecNetFQDNTooLong: an FQDN beyond the kernel's 64 characters fails the sandbox
 // with the kubelet's event.
 func TestPodspecNetFQDNTooLong(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	p := netPod("default", "fqdn-long")
 	p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = strings.Repeat("h", 40), "sub", ptr.To(true)
@@ -180,6 +183,7 @@ func TestPodspecNetFQDNTooLong(t *testing.T) {
 // TestPodspecNetHostNetworkEtcHosts: a host-network pod sees the node's /etc/hosts under
 // the kubelet's header, then its hostAliases, and the node's hostname.
 func TestPodspecNetHostNetworkEtcHosts(t *testing.T) {
+	// Serial: may write and remove the machine's /etc/hosts.
 	waitNodeReady(t, 90*time.Second)
 	ns := "default"
 	p := netPod(ns, "hostnet")
@@ -262,6 +266,7 @@ func withPrefix(env map[string]string, prefix string) []string {
 // with the node's credentials; enableServiceLinks false leaves only the master's; the
 // container's own variables win.
 func TestPodspecNetServiceLinks(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	ns := netNamespace(t, "net-links-")

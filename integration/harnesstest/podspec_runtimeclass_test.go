@@ -53,6 +53,7 @@ func podSandbox(ctx context.Context, t *testing.T, uid string) *runtimeapi.PodSa
 // the class's overhead, which the API server's RuntimeClass admission copies into
 // spec.overhead, is added to the pod cgroup's limits and shares.
 func TestRuntimeClassHandlerAndOverhead(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	createRuntimeClass(t, "rc-test", harness.TestRuntimeHandler, resources("cpu", "100m", "memory", "32Mi"))
 	p := qosPod("rc-pod", corev1.ResourceRequirements{
@@ -91,6 +92,7 @@ func TestRuntimeClassHandlerAndOverhead(t *testing.T) {
 // Pending with their containers ContainerCreating and a FailedCreatePodSandBox event
 // carrying the cause, as with the kubelet; once the class exists again the pod runs.
 func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	ctx := context.Background()
@@ -158,6 +160,7 @@ func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 // ends Failed, UnsupportedPodSpec, the message naming the field and the runtime as CRI
 // Version gives it, instead of running in the host's user namespace.
 func TestHostUsersFalseRefusedNamingTheRuntime(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	v, err := criClient(t).Runtime.Version(context.Background(), &runtimeapi.VersionRequest{})
 	if err != nil {

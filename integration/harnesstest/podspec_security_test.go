@@ -63,6 +63,7 @@ func terminated(p *corev1.Pod, container string) *corev1.ContainerStateTerminate
 // of a failed container; a message file is read from its end (the last 4 KiB), and the
 // pod's 12 KiB are shared by its four containers (3 KiB each), in the API server's status.
 func TestPodSpecTerminationMessages(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	p := busyboxPod("termmsg", "")
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -110,6 +111,7 @@ func TestPodSpecTerminationMessages(t *testing.T) {
 // root with the kubelet's waiting reason, message and event, and runs one whose user is
 // a non-zero uid.
 func TestPodSpecRunAsNonRoot(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	refused := busyboxPod("nonroot-refused", "sleep 3600")
 	refused.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)}
@@ -143,6 +145,7 @@ func TestPodSpecRunAsNonRoot(t *testing.T) {
 // admission (Failed, SysctlForbidden, the kubelet's message); a safe one is set in the
 // pod's network namespace.
 func TestPodSpecSysctls(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	unsafe := busyboxPod("sysctl-unsafe", "sleep 3600")
 	unsafe.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.core.somaxconn", Value: "1024"}}}
@@ -163,6 +166,7 @@ func TestPodSpecSysctls(t *testing.T) {
 // set-group-ID, so files a non-root and a root container create in it, directly or
 // through a subPath, belong to the group; a configMap volume is the group's too.
 func TestPodSpecFSGroup(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fsgroup-cm", Namespace: "default"}, Data: map[string]string{"k": "v"}}

@@ -72,6 +72,7 @@ func criTimes(ctx context.Context, t *testing.T, uid types.UID) map[string][2]in
 // initContainerStatuses, started and ready; the pod (restartPolicy Never) completes
 // Succeeded once the app exits, with the sidecar stopped after it.
 func TestSidecarStartupGatesTheAppAndCompletesStopped(t *testing.T) {
+	t.Parallel()
 	p := busyboxPod("sidecar-gate", "sleep 6")
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
 	sc := sidecar("proxy", "sleep 4; touch /tmp/up; trap 'exit 0' TERM; while true; do sleep 1; done")
@@ -108,6 +109,7 @@ func TestSidecarStartupGatesTheAppAndCompletesStopped(t *testing.T) {
 // even with restartPolicy Never (the app is not); on deletion the app, which takes 3 s to
 // stop, stops first and the sidecars after it, the later one first.
 func TestSidecarRestartsUnderNeverAndStopsAfterTheApp(t *testing.T) {
+	t.Parallel()
 	p := busyboxPod("sidecar-order", "trap 'sleep 3; exit 0' TERM; while true; do sleep 1; done")
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20)
@@ -156,6 +158,7 @@ func TestSidecarRestartsUnderNeverAndStopsAfterTheApp(t *testing.T) {
 // startup probe passes (its own period is 60 s); an HTTP redirect to another host is a
 // success with a ProbeWarning event.
 func TestProbeDetails(t *testing.T) {
+	t.Parallel()
 	t.Run("liveness kill with the probe's grace period", func(t *testing.T) {
 		p := busyboxPod("probe-grace", "trap '' TERM; while true; do sleep 1; done")
 		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
@@ -241,6 +244,7 @@ func TestProbeDetails(t *testing.T) {
 // TestActiveDeadlineSeconds: set on a running pod (the API allows setting it), the pod
 // ends Failed with the kubelet's DeadlineExceeded reason, message and event.
 func TestActiveDeadlineSeconds(t *testing.T) {
+	t.Parallel()
 	createPod(t, busyboxPod("deadline", "sleep 3600"))
 	waitAPIPod(t, time.Minute, "deadline", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	patch := []byte(`{"spec":{"activeDeadlineSeconds":5}}`)

@@ -19,6 +19,7 @@ import (
 // TestPodsyncKillPod is unitlet-eviction's call: the pod's containers stop and it ends
 // Failed with the given reason.
 func TestPodsyncKillPod(t *testing.T) {
+	t.Parallel()
 	p := createPod(t, busyboxPod("to-evict", "while true; do sleep 1; done"))
 	waitPod(t, time.Minute, "default/to-evict", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
 	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "podsync")
@@ -52,6 +53,7 @@ func TestPodsyncKillPod(t *testing.T) {
 // TestPodsyncBadPodSpec: a pod whose image is missing with pull policy Never waits with the
 // kubelet's reason and events; a pod next to it runs. The events reach the API server.
 func TestPodsyncBadPodSpec(t *testing.T) {
+	t.Parallel()
 	bad := busyboxPod("missing-image", "true")
 	bad.Spec.Containers[0].Image = "unitlet.local/does-not-exist:1"
 	created := createPod(t, bad)

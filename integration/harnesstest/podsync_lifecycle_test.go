@@ -65,6 +65,7 @@ func flipHealth(t *testing.T, ip, to string) {
 }
 
 func TestPodsyncReadinessProbeFlipsReadiness(t *testing.T) {
+	t.Parallel()
 	p := testServerPod("readiness")
 	p.Spec.Containers[0].ReadinessProbe = httpProbe(1, 1)
 	createPod(t, p)
@@ -95,6 +96,7 @@ func conditionIs(st corev1.PodStatus, ct corev1.PodConditionType, want corev1.Co
 }
 
 func TestPodsyncLivenessProbeRestartsContainer(t *testing.T) {
+	t.Parallel()
 	p := testServerPod("liveness")
 	p.Spec.Containers[0].LivenessProbe = httpProbe(1, 2)
 	p.Spec.Containers[0].LivenessProbe.InitialDelaySeconds = 2
@@ -118,6 +120,7 @@ func TestPodsyncLivenessProbeRestartsContainer(t *testing.T) {
 }
 
 func TestPodsyncHooks(t *testing.T) {
+	t.Parallel()
 	p := busyboxPod("hooks", "while true; do sleep 1; done")
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
 	p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{
@@ -203,6 +206,7 @@ func killPodsync(t *testing.T) {
 }
 
 func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
+	// Serial: SIGKILLs unitlet-podsync.
 	const n = 30
 	registerNode(t)
 	c := admin(t)
@@ -293,6 +297,7 @@ func TestPodsyncSIGKILLDuringABurst(t *testing.T) {
 }
 
 func TestPodsyncKeepsPodsWhileTheAPIServerIsDown(t *testing.T) {
+	// Serial: SIGSTOPs the API server.
 	created := createPod(t, busyboxPod("api-outage", "while true; do sleep 1; done"))
 	_, st := waitPod(t, time.Minute, "default/api-outage", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
 	id := st.ContainerStatuses[0].ContainerID

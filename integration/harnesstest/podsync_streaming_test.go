@@ -19,6 +19,7 @@ import (
 // TestPodsyncStreamingExec gets an exec URL over the bus and runs a command through the
 // runtime's streaming server, as the node API's /exec will.
 func TestPodsyncStreamingExec(t *testing.T) {
+	t.Parallel()
 	p := createPod(t, busyboxPod("exec-target", "while true; do sleep 1; done"))
 	waitPod(t, time.Minute, "default/exec-target", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
 	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "podsync")

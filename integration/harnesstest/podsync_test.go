@@ -159,6 +159,7 @@ func createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 }
 
 func TestPodsyncRunsAPIPod(t *testing.T) {
+	t.Parallel()
 	p := createPod(t, busyboxPod("api-pod", "echo hello from $HOSTNAME; sleep 3600"))
 	_, st := waitPod(t, time.Minute, "default/api-pod", "Running and ready", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool {
 		return st.Phase == corev1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].Ready
@@ -189,6 +190,7 @@ func TestPodsyncRunsAPIPod(t *testing.T) {
 }
 
 func TestPodsyncStaticPodAndMirrorPod(t *testing.T) {
+	t.Parallel()
 	registerNode(t)
 	manifest := filepath.Join(stack.NodeManifestDir(podsyncNode), "static-web.yaml")
 	bad := filepath.Join(stack.NodeManifestDir(podsyncNode), "broken.yaml")
@@ -246,6 +248,7 @@ spec:
 }
 
 func TestPodsyncRestartPolicies(t *testing.T) {
+	t.Parallel()
 	never := busyboxPod("never-fails", "echo bye; exit 3")
 	never.Spec.RestartPolicy = corev1.RestartPolicyNever
 	createPod(t, never)
@@ -279,6 +282,7 @@ func TestPodsyncRestartPolicies(t *testing.T) {
 }
 
 func TestPodsyncInitContainersRunInOrder(t *testing.T) {
+	t.Parallel()
 	p := busyboxPod("with-inits", "sleep 3600")
 	p.Spec.InitContainers = []corev1.Container{
 		{Name: "first", Image: "unitlet.local/busybox:1", ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", "sleep 1"}},
@@ -305,6 +309,7 @@ func TestPodsyncInitContainersRunInOrder(t *testing.T) {
 }
 
 func TestPodsyncGracefulDeletion(t *testing.T) {
+	// Serial: asserts the deletion within grace period + 2 s.
 	// The container ignores SIGTERM, so it runs until the grace period ends.
 	p := busyboxPod("graceful", "trap '' TERM; while true; do sleep 1; done")
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](6)
@@ -339,6 +344,7 @@ func TestPodsyncGracefulDeletion(t *testing.T) {
 
 // TestPodsyncMetrics scrapes podsync's metrics listener for the kubelet's metric names.
 func TestPodsyncMetrics(t *testing.T) {
+	t.Parallel()
 	createPod(t, busyboxPod("metrics-pod", "while true; do sleep 1; done"))
 	waitPod(t, time.Minute, "default/metrics-pod", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
 	addr := ""
@@ -375,6 +381,7 @@ func TestPodsyncMetrics(t *testing.T) {
 // TestPodsyncCrashLoopBackoffTiming follows a crashing container's starts: the first
 // restart comes at once, then after 10 s, then after 20 s (the kubelet's backoff).
 func TestPodsyncCrashLoopBackoffTiming(t *testing.T) {
+	// Serial: asserts backoff timing within a few seconds.
 	createPod(t, busyboxPod("backoff-timing", "exit 1"))
 	starts := map[int32]time.Time{}
 	deadline := time.Now().Add(90 * time.Second)

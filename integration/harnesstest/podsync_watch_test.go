@@ -15,6 +15,7 @@ import (
 // until it runs; reconnecting with the last sequence number it saw gives only what came
 // after, not a second snapshot.
 func TestPodsyncWatchPodsResumes(t *testing.T) {
+	t.Parallel()
 	registerNode(t)
 	conn, err := bus.Dial(stack.NodeSocketDir(podsyncNode), "podsync")
 	if err != nil {

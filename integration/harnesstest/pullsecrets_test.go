@@ -61,6 +61,7 @@ func dockerConfigJSON(t *testing.T, name, registry, user, password string) {
 }
 
 func TestPullSecretsPrivateRegistryRefusesAnonymousPull(t *testing.T) {
+	// Serial: removes the registry image the other pull-secret tests pull.
 	reg := privateRegistry(t)
 	createPod(t, privatePod("private-anonymous", reg.Busybox))
 	waitPullRefused(t, "private-anonymous")
@@ -87,6 +88,7 @@ func waitPullRefused(t *testing.T, name string) string {
 }
 
 func TestPullSecretsEachMatchingCredentialInTurn(t *testing.T) {
+	// Serial: removes the registry image the other pull-secret tests pull.
 	reg := privateRegistry(t)
 	// A wrong password for the same registry (the older kubernetes.io/dockercfg type, its
 	// key a URL with the v1 path old configs carry), then the right one: the pull tries
@@ -109,6 +111,7 @@ func TestPullSecretsEachMatchingCredentialInTurn(t *testing.T) {
 }
 
 func TestPullSecretsFromTheServiceAccount(t *testing.T) {
+	// Serial: removes the registry image the other pull-secret tests pull.
 	reg := privateRegistry(t)
 	dockerConfigJSON(t, "registry-sa", "https://"+reg.Host, reg.User, reg.Password)
 	sas := admin(t).CoreV1().ServiceAccounts("default")
@@ -131,6 +134,7 @@ func TestPullSecretsFromTheServiceAccount(t *testing.T) {
 // registry refuses it), nor with Never (told the image is absent); a pod whose own secret
 // holds the same credential uses the present image without a pull.
 func TestPullSecretsAPulledPrivateImageIsNotFreeForOtherPods(t *testing.T) {
+	// Serial: needs the registry image to stay present (the others remove it).
 	reg := privateRegistry(t)
 	dockerConfigJSON(t, "registry-owner", reg.Host, reg.User, reg.Password)
 	dockerConfigJSON(t, "registry-friend", reg.Host, reg.User, reg.Password)

@@ -17,6 +17,7 @@ import (
 // change of the pod's status alone, which podsync otherwise leaves unsynced; for a gated
 // pod it must sync again and recompute Ready (the kubelet reconciles such pods' readiness).
 func TestReadinessGateFollowsTheConditionOthersSet(t *testing.T) {
+	t.Parallel()
 	const gate = "example.com/load-balancer-ready"
 	p := busyboxPod("gated", "sleep 3600")
 	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}

@@ -50,6 +50,7 @@ func parseExposition(t *testing.T, body string) map[string]*dto.MetricFamily {
 // /metrics/resource, read as metrics-server reads it: two scrapes through the API
 // server's node proxy, the CPU time's rise over the samples' own timestamps.
 func TestResourceMetricsShowABusyCPU(t *testing.T) {
+	// Serial: measures a pod's CPU usage (0.8-1.1 cores).
 	createPod(t, busyboxPod("resmetrics-burner", "while :; do :; done"))
 	waitPod(t, time.Minute, "default/resmetrics-burner", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
 	container := map[string]string{"container": "main", "pod": "resmetrics-burner", "namespace": "default"}
@@ -164,6 +165,7 @@ func getHealthz(ctx context.Context) (int, string, error) {
 // of the node answers: with unitlet-certs stopped both fail naming it, and recover once it
 // is started again.
 func TestHealthzMeansEveryService(t *testing.T) {
+	// Serial: stops unitlet-certs.
 	waitNodeReady(t, 90*time.Second)
 	healthzOK := func(what string) {
 		t.Helper()
@@ -212,6 +214,7 @@ func TestHealthzMeansEveryService(t *testing.T) {
 // as its capacity says, the running kernel's boot ID (the machine shares the host's),
 // its machine ID, the root directory's filesystem and a topology holding every CPU.
 func TestSpecDescribesTheMachine(t *testing.T) {
+	t.Parallel()
 	node := waitNodeReady(t, 90*time.Second)
 	var spec struct {
 		NumCores       int    `json:"num_cores"`

@@ -18,6 +18,7 @@ import (
 // the stack's containerd, reads its output at the CRI log path, and cleans up. The
 // containerd and its shim are the ones the stack's runtime.version names.
 func TestCRISandboxAndContainerRun(t *testing.T) {
+	t.Parallel()
 	rt, err := stack.CRI()
 	if err != nil {
 		t.Fatal(err)

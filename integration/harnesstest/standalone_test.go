@@ -22,6 +22,7 @@ import (
 // plane) with deploy/examples/'s static pods, which run and become ready with no API
 // server; down leaves nothing behind.
 func TestStandaloneNodeRunsExamples(t *testing.T) {
+	// Serial: brings a second stack up and down.
 	repo, err := integration.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

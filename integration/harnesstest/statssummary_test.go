@@ -22,6 +22,7 @@ import (
 // storage and its container's logs; the node has its kubelet and pods system containers
 // and its network.
 func TestStatsSummaryVolumesLogsAndSystemContainers(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	cms, secrets := c.CoreV1().ConfigMaps("default"), c.CoreV1().Secrets("default")

@@ -157,6 +157,7 @@ func apiPodRunningReady(t *testing.T, name string, within time.Duration) *corev1
 }
 
 func TestStatusNodeRegistersAndTurnsReady(t *testing.T) {
+	t.Parallel()
 	n := waitNodeReady(t, 90*time.Second)
 	for k, want := range map[string]string{corev1.LabelHostname: podsyncNode, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"} {
 		if n.Labels[k] != want {
@@ -209,6 +210,7 @@ func TestStatusNodeRegistersAndTurnsReady(t *testing.T) {
 }
 
 func TestStatusLeaseRenews(t *testing.T) {
+	t.Parallel()
 	n := waitNodeReady(t, 90*time.Second)
 	var first *coordinationv1.Lease
 	stack.WaitFor(t, 30*time.Second, "the node's lease", func(ctx context.Context) (bool, string) {
@@ -241,6 +243,7 @@ func TestStatusLeaseRenews(t *testing.T) {
 // the node runs and turns Ready in the API, kubectl logs and exec reach it through the API
 // server and the node API, and kubectl delete completes within the grace period + 2 s.
 func TestStatusKubectlRunLogsExecDelete(t *testing.T) {
+	// Serial: asserts kubectl delete within grace period + 2 s.
 	waitNodeReady(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -285,6 +288,7 @@ func TestStatusKubectlRunLogsExecDelete(t *testing.T) {
 }
 
 func TestStatusLogsPrevious(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	p := busyboxPod("crasher", `echo "run at $(cat /proc/uptime)"; sleep 1; exit 1`)
 	createPod(t, p)
@@ -342,6 +346,7 @@ func watchFlaps(t *testing.T, pod string) (stop func() []string) {
 }
 
 func TestStatusSIGKILLChangesNoPodStatus(t *testing.T) {
+	// Serial: SIGKILLs unitlet-status; watches the Node for flaps.
 	waitNodeReady(t, 90*time.Second)
 	createPod(t, testServerPod("steady"))
 	before := apiPodRunningReady(t, "steady", time.Minute)
@@ -366,6 +371,7 @@ func TestStatusSIGKILLChangesNoPodStatus(t *testing.T) {
 }
 
 func TestStatusReportsPodsyncDown(t *testing.T) {
+	// Serial: stops unitlet-podsync.
 	waitNodeReady(t, 90*time.Second)
 	// Stopped, not killed: under systemd a killed podsync is started again within a second
 	// and its socket keeps taking calls meanwhile, so the node would not notice.
@@ -436,6 +442,7 @@ func getStatus(t *testing.T, client *http.Client, url, bearer string) (int, stri
 }
 
 func TestStatusNodeAPIAuthenticatesAndAuthorizes(t *testing.T) {
+	t.Parallel()
 	base := nodeAPI(t)
 	// The serving certificate is self-signed, as the kubelet's without serverTLSBootstrap;
 	// the API server does not verify it either (no --kubelet-certificate-authority).

@@ -22,6 +22,7 @@ import (
 // file there and write into it. The canary stays empty, every refused start is a Failed
 // event naming the volumeMount, and the subPath mounts are gone with the pod.
 func TestSubPathSymlinkSwapNeverReachesTheHost(t *testing.T) {
+	t.Parallel()
 	const victims = 8
 	const wantRestarts = 16
 	waitNodeReady(t, 90*time.Second)

@@ -58,6 +58,7 @@ func podEvents(ctx context.Context, t *testing.T, name string) string {
 }
 
 func TestVolumesEveryPluginFromInsideTheContainer(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	cms, secrets := c.CoreV1().ConfigMaps("default"), c.CoreV1().Secrets("default")
@@ -165,6 +166,7 @@ func mustGetUID(t *testing.T, name string) string {
 }
 
 func TestVolumesConfigMapUpdateReachesThePod(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	cms := c.CoreV1().ConfigMaps("default")
@@ -195,6 +197,7 @@ func TestVolumesConfigMapUpdateReachesThePod(t *testing.T) {
 }
 
 func TestVolumesMissingSecretKeepsThePodWaiting(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
 	p := busyboxPod("vol-wait", "while true; do sleep 1; done")
@@ -221,6 +224,7 @@ func TestVolumesMissingSecretKeepsThePodWaiting(t *testing.T) {
 }
 
 func TestVolumesSubPathEscapeIsRefused(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	hostDir := t.TempDir()
 	if err := os.Symlink("/etc", filepath.Join(hostDir, "escape")); err != nil {
@@ -242,6 +246,7 @@ func TestVolumesSubPathEscapeIsRefused(t *testing.T) {
 // TestVolumesKubectlRunWithTheDefaultToken is kubectl run as users type it: the pod gets
 // the kube-api-access projected volume (token, ca.crt, namespace) and starts.
 func TestVolumesKubectlRunWithTheDefaultToken(t *testing.T) {
+	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -283,6 +288,7 @@ func mountsOf(uids map[string]bool) map[string]int {
 }
 
 func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
+	// Serial: SIGKILLs unitlet-volumes.
 	const n = 30
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
