@@ -55,22 +55,25 @@ build:
 
 ## test: everything: generated code, lint, unit tests, the packages, the harness suites, the
 ## fault suite, kubeadm and the vm node, as a schedule of steps (the run-* targets below, run
-## by make -j): what the vm suite needs is built first at full priority, then the vm suite
-## runs (its emulated guest takes a core for about 25 minutes) while the other steps share
-## the other core at nice 15 and the lowest best-effort I/O priority: the CPU-bound checks
-## (proto-check, lint, unit tests) and then the fault suite in one chain, the harness
-## suites (test-integration beside test-containerd2, then test-kubeadm, which takes the
-## kubelet's ports) in another. A step that fails does not stop the others; the steps that
-## need what failed to build do not run. Each step's output goes to its own log in
-## $(TESTRUN) (the console gets a line as each starts and ends); at the end every log is
-## printed, then the failing tests, each with the last lines its test code printed
-## (deploy/test-failures.sh), then the table of where the time went (integration/suitetimes:
-## each step's build, stack up, tests and take-down). The kernel's autogroup scheduling is
-## off for the run: with it, every session (each service in the harness's nspawn machines
-## is one) gets as much CPU as the vm's, whatever its nice.
+## by make -j). What the vm suite needs is built first at full priority; the vm suite then
+## runs at full priority (its emulated guest takes a core for about 25 minutes) while three
+## chains share the other core, each at its own priority: the harness suites
+## (test-integration beside test-containerd2, then test-kubeadm, which takes the kubelet's
+## ports) at nice 10, as their tests time graceful deletions and probes; the fault suite,
+## whose churn would take both cores, at nice 15; the CPU-bound checks (proto-check, lint,
+## the unit tests, deb-check), which only have to end, at nice 19. A step that fails does not
+## stop the others; the steps that need what failed to build do not run. Each step's output
+## goes to its own log in $(TESTRUN) (the console gets a line as each starts and ends); at
+## the end every log is printed, then the failing tests, each with the last lines its test
+## code printed (deploy/test-failures.sh), then the table of where the time went
+## (integration/suitetimes: each step's build, stack up, tests and take-down). The kernel's
+## autogroup scheduling is off for the run: with it, every session (each service in the
+## harness's nspawn machines is one) gets as much CPU as the vm's, whatever its nice.
 TESTRUN := $(CACHE)/test-run
 TIMED := deploy/timed.sh $(TESTRUN)/times.tsv
-LANE := nice -n 15 ionice -c2 -n7
+NICE_HARNESS := nice -n 10 ionice -c2 -n4
+NICE_FAULTS := nice -n 15 ionice -c2 -n6
+NICE_CHECKS := nice -n 19 ionice -c2 -n7
 test: prereqs
 	@rm -rf $(TESTRUN); mkdir -p $(TESTRUN)
 	@ag=/proc/sys/kernel/sched_autogroup_enabled; \
@@ -105,27 +108,28 @@ run-prev-release:
 	@$(call RUN_SETUP,prev-release) $(MAKE) --no-print-directory prev-release
 run-vm: run-build run-control-plane run-trees run-deb run-prev-release
 	@$(call RUN_TEST,vm,$(TEST_VM))
-# The CPU-bound checks, then the fault suite, which loads both cores in its churn.
-run-proto-check:
-	@$(call RUN_TEST,proto-check,$(LANE) $(MAKE) --no-print-directory proto-check)
-run-lint: run-proto-check
-	@$(call RUN_TEST,lint,$(LANE) $(MAKE) --no-print-directory lint)
-run-unit: run-lint
-	@$(call RUN_TEST,unit,$(LANE) $(MAKE) --no-print-directory test-unit)
-run-faults: run-build run-control-plane run-trees run-unit
-	@$(call RUN_TEST,faults,$(LANE) $(TEST_FAULTS))
 # The harness suites: test-integration and test-containerd2 side by side (their stacks'
 # ports and directories are apart), then test-kubeadm.
 run-harness-binaries: run-control-plane
-	@$(call RUN_SETUP,harness-binaries) $(LANE) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
+	@$(call RUN_SETUP,harness-binaries) $(NICE_HARNESS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
 run-integration: run-build run-harness-binaries run-trees run-prev-release
-	@$(call RUN_TEST,integration,$(LANE) $(TEST_INTEGRATION))
+	@$(call RUN_TEST,integration,$(NICE_HARNESS) $(TEST_INTEGRATION))
 run-containerd2: run-build run-harness-binaries
-	@$(call RUN_TEST,containerd2,$(LANE) $(TEST_CONTAINERD2))
-run-deb-check: run-deb
-	@$(call RUN_TEST,deb-check,$(LANE) $(MAKE) --no-print-directory deb-check-built)
+	@$(call RUN_TEST,containerd2,$(NICE_HARNESS) $(TEST_CONTAINERD2))
 run-kubeadm: run-deb run-harness-binaries run-trees run-integration
-	@$(call RUN_TEST,kubeadm,$(LANE) $(MAKE) --no-print-directory test-kubeadm-built)
+	@$(call RUN_TEST,kubeadm,$(NICE_HARNESS) $(MAKE) --no-print-directory test-kubeadm-built)
+# The fault suite.
+run-faults: run-build run-control-plane run-trees
+	@$(call RUN_TEST,faults,$(NICE_FAULTS) $(TEST_FAULTS))
+# The CPU-bound checks.
+run-proto-check:
+	@$(call RUN_TEST,proto-check,$(NICE_CHECKS) $(MAKE) --no-print-directory proto-check)
+run-lint: run-proto-check
+	@$(call RUN_TEST,lint,$(NICE_CHECKS) $(MAKE) --no-print-directory lint)
+run-unit: run-lint
+	@$(call RUN_TEST,unit,$(NICE_CHECKS) $(MAKE) --no-print-directory test-unit)
+run-deb-check: run-deb run-unit
+	@$(call RUN_TEST,deb-check,$(NICE_CHECKS) $(MAKE) --no-print-directory deb-check-built)
 
 ## deb: the Debian packages, into dist/: unitlet-<svc> for each service, unitletctl and the
 ## unitlet meta-package (deploy/deb/build.sh, with nfpm; README.md, "Debian packages")
@@ -171,8 +175,8 @@ test-integration: build harness-binaries prev-release
 ## (at least 20 kills each), containerd is restarted twice and SIGKILLed twice, the API
 ## server is stopped 5 minutes and etcd 1, and the node's root dir (a loop-mounted ext4)
 ## is filled to 100 % for a minute; then the invariants table, each with its target
-## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it last in
-## the lane beside the vm suite (README.md, "Fault suite").
+## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it beside the
+## vm suite and the harness suites, at nice 15 (README.md, "Fault suite").
 TEST_FAULTS = env UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/faultstest/
 test-faults: build harness-binaries
 	$(TEST_FAULTS)
