@@ -152,7 +152,7 @@ deb-check: prereqs deb
 .PHONY: deb-check-built
 deb-check-built:
 	lintian --fail-on error,warning $(DIST)/*.deb
-	UNITLET_DIST_DIR=$(DIST) $(GO) test -count=1 ./integration/debtest/
+	UNITLET_DIST_DIR=$(DIST) $(GO) test -trimpath -count=1 ./integration/debtest/
 
 ## test-unit: the fast tests of every module, with the race detector. Some (tmpfs mounts,
 ## file owners in services/volumes) need root and fail, saying so, when not run as root.
@@ -164,7 +164,7 @@ test-unit:
 ## test-integration: real processes under systemd-socket-activate, unit files under
 ## systemd-analyze, the harness's real control plane (built once into the cache: ~12 min);
 ## the vm node's tests are test-vm's
-TEST_INTEGRATION = env UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -count=1 -timeout=60m -v -parallel 8 $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$\|/integration/faultstest$$') ./systemd/...
+TEST_INTEGRATION = env UNITLET_BIN_DIR=$(BIN) UNITLET_PREV_BIN_DIR=$(PREV_DIR)/bin $(GO) test -trimpath -count=1 -timeout=60m -v -parallel 8 $$($(GO) list ./integration/... | grep -v '/integration/vmtest$$\|/integration/debtest$$\|/integration/kubeadmtest$$\|/integration/faultstest$$') ./systemd/...
 test-integration: build harness-binaries prev-release
 	$(TEST_INTEGRATION)
 
@@ -177,7 +177,7 @@ test-integration: build harness-binaries prev-release
 ## is filled to 100 % for a minute; then the invariants table, each with its target
 ## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it beside the
 ## vm suite and the harness suites, at nice 15 (README.md, "Fault suite").
-TEST_FAULTS = env UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=45m -v ./integration/faultstest/
+TEST_FAULTS = env UNITLET_BIN_DIR=$(BIN) $(GO) test -trimpath -count=1 -timeout=45m -v ./integration/faultstest/
 test-faults: build harness-binaries
 	$(TEST_FAULTS)
 
@@ -188,7 +188,7 @@ test-faults: build harness-binaries
 ## module into the cache by harness-binaries (~5 min)
 CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
 .PHONY: test-containerd2
-TEST_CONTAINERD2 = env UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -count=1 -timeout=30m -v -parallel 8 -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
+TEST_CONTAINERD2 = env UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -trimpath -count=1 -timeout=30m -v -parallel 8 -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 test-containerd2: build harness-binaries
 	$(TEST_CONTAINERD2)
 
@@ -198,7 +198,7 @@ test-containerd2: build harness-binaries
 ## service, a pod from the API server, each package upgraded on its own from the previous
 ## release (make prev-release) under load; prints boot-to-installed, boot-to-Ready,
 ## boot-to-first-pod and the upgrade's table
-TEST_VM = env UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -count=1 -timeout=60m -v ./integration/vmtest/
+TEST_VM = env UNITLET_BIN_DIR=$(BIN) UNITLET_DIST_DIR=$(DIST) UNITLET_PREV_DIST_DIR=$(PREV_DIR)/dist $(GO) test -trimpath -count=1 -timeout=60m -v ./integration/vmtest/
 test-vm: build harness-binaries deb prev-release
 	$(TEST_VM)
 
@@ -221,7 +221,7 @@ test-kubeadm: build harness-binaries deb
 # it beside test-vm, which installs those packages: `make deb` empties dist/ first, and a
 # rebuild there once took unitlet-eviction's package from under the upgrade test.
 test-kubeadm-built:
-	UNITLET_DIST_DIR=$(DIST) UNITLET_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout=30m -v ./integration/kubeadmtest/
+	UNITLET_DIST_DIR=$(DIST) UNITLET_BIN_DIR=$(BIN) $(GO) test -trimpath -count=1 -timeout=30m -v ./integration/kubeadmtest/
 
 ## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
 ## containerd 2.x, built from the pinned modules in integration/tools into the cache
@@ -366,12 +366,13 @@ proto-check: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 	git show "$$against:$(PAYLOAD_SCHEMAS)" > $$tmp/schemas.json; \
 	BASE_NAME=$$against $(GO) run ./cmd/payload-schemas compare $$tmp/schemas.json $(PAYLOAD_SCHEMAS)
 
-## lint: gofmt, go vet and staticcheck over every module
+## lint: gofmt, go vet and staticcheck over every module (with -trimpath, as make build and
+## the integration suites compile: one set of compiled packages in the build cache)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(STATICCHECK) $(PKGS)
+	GOFLAGS=-trimpath $(GO) vet $(PKGS)
+	GOFLAGS=-trimpath $(STATICCHECK) $(PKGS)
 
 ## run: a standalone node (integration/stacks/standalone.yaml: containerd, unitlet-config,
 ## unitlet-podsync, no API server) running deploy/examples/'s static pods, until Ctrl-C
