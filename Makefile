@@ -89,13 +89,17 @@ test: prereqs
 # The steps of make test. Set-up steps fail as their command does, and the steps that need
 # them do not run; a test step always ends well for make (its exit status is in the times
 # file), so that the steps ordered after it still run.
-RUN_STEPS := run-vm run-unit run-faults run-kubeadm run-containerd2 run-deb-check
-RUN_ALL := build control-plane trees deb prev-release vm proto-check lint unit faults harness-binaries integration containerd2 deb-check kubeadm
+RUN_STEPS := run-download run-vm run-unit run-faults run-kubeadm run-containerd2 run-deb-check
+RUN_ALL := download build control-plane trees deb prev-release vm proto-check lint unit faults harness-binaries integration containerd2 deb-check kubeadm
 RUN_SETUP = $(TIMED) $(1) $(TESTRUN)/$(1).log --
 RUN_TEST = $(TIMED) $(1) $(TESTRUN)/$(1).log -- $(2) || true
 .PHONY: $(RUN_STEPS) run-build run-control-plane run-trees run-deb run-prev-release run-proto-check run-lint run-harness-binaries run-integration
 
-# What the vm suite needs, at full priority.
+# What the vm suite needs, at full priority. Beside the first build, every module the run
+# compiles is downloaded (a new machine's module cache is empty): the builds after it then
+# find their modules there.
+run-download:
+	@$(call RUN_SETUP,download) sh -c '$(GO) mod download && for m in integration/tools/*/; do (cd $$m && GOWORK=off $(GO) mod download) || exit 1; done'
 run-build:
 	@$(call RUN_SETUP,build) $(MAKE) --no-print-directory build
 run-control-plane: run-build
