@@ -332,7 +332,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/config/kubeletenv/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./shared/checkpoint/
 	$(GO) test -run='^$$' -fuzz='^FuzzStaticPod$$' -fuzztime=$(FUZZTIME) ./services/podsync/podsource/
-	$(GO) test -run='^$$' -fuzz='^FuzzResolve$$' -fuzztime=$(FUZZTIME) ./services/volumes/subpath/
+	$(GO) test -run='^$$' -fuzz='^FuzzOpen$$' -fuzztime=$(FUZZTIME) ./services/volumes/subpath/
 	$(GO) test -run='^$$' -fuzz='^FuzzMetadataValue$$' -fuzztime=$(FUZZTIME) ./shared/downwardapi/
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./services/status/nodeapi/
 	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/

@@ -32,7 +32,7 @@ func Binary(name string) (string, error) {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "./cmd/unitlet-config", "./cmd/unitletctl")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "./cmd/unitlet-config", "./cmd/unitlet-certs", "./cmd/unitlet-volumes", "./cmd/unitletctl")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build the binaries: %v\n%s", err, out)
