@@ -3,6 +3,7 @@ package systemd
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -359,6 +360,25 @@ func TestUnitsConventions(t *testing.T) {
 			t.Errorf("%s: want Environment=GOTRACEBACK=crash: a Go panic or watchdog abort exits 2, which RestartPreventExitStatus=2 would leave dead", name)
 		}
 		want("RuntimeDirectoryPreserve", "yes")
+
+		// The daemon's own HTTP listener has no authentication: a unit gives it a loopback
+		// port, where it serves /healthz alone, or nothing. A Unix socket (which serves
+		// /metrics and /configz too) is the operator's opt-in, in a drop-in.
+		for _, env := range u.values("Service", "Environment") {
+			addr, ok := strings.CutPrefix(env, "UNITLET_METRICS_ADDR=")
+			if !ok || addr == "" {
+				continue
+			}
+			s := daemon.Settings{SocketDir: "/run/unitlet", LogLevel: "info", LogFormat: "text", ShutdownTimeout: 1, MetricsAddr: addr}
+			if err := s.Validate(); err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			host, _, err := net.SplitHostPort(addr)
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+				t.Errorf("%s: UNITLET_METRICS_ADDR=%s: want a loopback host:port (it serves /healthz alone); the pages' Unix socket is an operator's opt-in", name, addr)
+			}
+		}
 
 		if exec, _ := u.value("Service", "ExecStart"); !strings.HasPrefix(exec, binDir+base+" ") && exec != binDir+base {
 			t.Errorf("%s: ExecStart=%q does not run %s%s", name, exec, binDir, base)

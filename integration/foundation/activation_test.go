@@ -3,7 +3,9 @@ package foundation
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,13 +67,14 @@ func TestActivationCallBeforeReadySucceeds(t *testing.T) {
 
 func TestActivationNamesComeThroughLISTEN_FDNAMES(t *testing.T) {
 	n := newNode(t)
-	metrics := freePort(t)
+	// systemd-socket-activate binds a path as a Unix socket: the pages are served there.
+	metrics := filepath.Join(n.socketDir, "config-metrics.sock")
 	activate(t, n, metrics)
 	conn := dial(t, n.socket())
 	getConfig(t, conn) // starts the service
 
 	// The metrics fd was found by its name: /configz and /metrics answer on it.
-	code, body := httpGet(t, "http://"+metrics+"/configz")
+	code, body := unixGet(t, metrics, "/configz")
 	if code != 200 {
 		t.Fatalf("/configz on the activated metrics socket: %d %s", code, body)
 	}
@@ -84,13 +87,45 @@ func TestActivationNamesComeThroughLISTEN_FDNAMES(t *testing.T) {
 	if z.KubeletConfig["maxPods"] != float64(42) {
 		t.Errorf("/configz maxPods = %v, want 42", z.KubeletConfig["maxPods"])
 	}
-	code, body = httpGet(t, "http://"+metrics+"/metrics")
+	code, body = unixGet(t, metrics, "/metrics")
 	if code != 200 || !strings.Contains(body, "unitlet_build_info") {
 		t.Fatalf("/metrics on the activated metrics socket: %d", code)
 	}
 	if v, ok := metric(body, "unitlet_config_last_reload_successful"); !ok || v != "1" {
 		t.Errorf("unitlet_config_last_reload_successful = %q (present %v), want 1", v, ok)
 	}
+
+	// An activated TCP port has no authentication: /healthz alone.
+	n2 := newNode(t)
+	port := freePort(t)
+	activate(t, n2, port)
+	getConfig(t, dial(t, n2.socket()))
+	if code, body := httpGet(t, "http://"+port+"/healthz"); code != 200 {
+		t.Errorf("/healthz on an activated TCP metrics port: %d %s", code, body)
+	}
+	for _, path := range []string{"/configz", "/metrics"} {
+		if code, body := httpGet(t, "http://"+port+path); code != 404 || strings.Contains(body, "kubeletconfig") || strings.Contains(body, "unitlet_build_info") {
+			t.Errorf("%s on an activated TCP metrics port: %d %.200s, want 404", path, code, body)
+		}
+	}
+}
+
+// unixGet GETs path from the HTTP server on the Unix socket sock.
+func unixGet(t *testing.T, sock, path string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://metrics" + path)
+	if err != nil {
+		t.Fatalf("GET %s on %s: %v", path, sock, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func TestActivationDisallowedUIDGetsPermissionDenied(t *testing.T) {

@@ -97,8 +97,8 @@ func TestBadConfigAtStartExits2(t *testing.T) {
 // generation that watchers receive.
 func TestReloadKeepsLastKnownGood(t *testing.T) {
 	n := newNode(t)
-	metrics := freePort(t)
-	p := start(t, binary(t, "unitlet-config"), n.args(), append(n.env(), "UNITLET_METRICS_ADDR="+metrics))
+	metrics := filepath.Join(n.socketDir, "config-metrics.sock")
+	p := start(t, binary(t, "unitlet-config"), n.args(), append(n.env(), "UNITLET_METRICS_ADDR=unix:"+metrics))
 	waitSocket(t, p, n.socket())
 	conn := dial(t, n.socket())
 	good := getConfig(t, conn)
@@ -160,7 +160,7 @@ func TestReloadKeepsLastKnownGood(t *testing.T) {
 				if now.GetGeneration() != good.GetGeneration() || now.GetHash() != good.GetHash() {
 					t.Errorf("after a bad reload the config changed: generation %d -> %d", good.GetGeneration(), now.GetGeneration())
 				}
-				_, page := httpGet(t, "http://"+metrics+"/metrics")
+				_, page := unixGet(t, metrics, "/metrics")
 				if v, _ := metric(page, "unitlet_config_last_reload_successful"); v != "0" {
 					t.Errorf("unitlet_config_last_reload_successful = %q after a failed reload, want 0", v)
 				}
@@ -188,7 +188,7 @@ func TestReloadKeepsLastKnownGood(t *testing.T) {
 	if !st.GetLastReloadSuccessful() || st.GetLastError() != "" {
 		t.Fatalf("after the fix: %v", st)
 	}
-	_, page := httpGet(t, "http://"+metrics+"/metrics")
+	_, page := unixGet(t, metrics, "/metrics")
 	if v, _ := metric(page, "unitlet_config_last_reload_successful"); v != "1" {
 		t.Errorf("unitlet_config_last_reload_successful = %q after the fix, want 1", v)
 	}

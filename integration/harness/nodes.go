@@ -55,7 +55,7 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 					return nil, err
 				}
 				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
-				if addr := n.Metrics[svc]; addr != "" {
+				if addr := metricsAddr(n, svc, h.NodeSocketDir(n.Name)); addr != "" {
 					env = append(env, "UNITLET_METRICS_ADDR="+addr)
 				}
 				if n.CertificateLifetime != "" && (svc == "config" || svc == "certs") {
@@ -113,7 +113,7 @@ func (h *Harness) hostServiceFrom(n Node, svc, bin string) component {
 // hostServiceEnv is the environment of a host service of n beyond the harness's own.
 func (h *Harness) hostServiceEnv(n Node, svc string) []string {
 	env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
-	if addr := n.Metrics[svc]; addr != "" {
+	if addr := metricsAddr(n, svc, h.NodeSocketDir(n.Name)); addr != "" {
 		env = append(env, "UNITLET_METRICS_ADDR="+addr)
 	}
 	return env
@@ -135,7 +135,7 @@ func (h *Harness) prepareNode(n Node, f *controlPlaneFiles) error {
 	if err != nil {
 		return err
 	}
-	cfg = nodeConfig(n, f.ca.CertFile, endpoint) + cfg
+	cfg = nodeConfig(n, f.ca.CertFile, endpoint, h.stack.Standalone) + cfg
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -309,8 +309,10 @@ func (h *Harness) nodeClientCert(n Node, f *controlPlaneFiles) (certFile, keyFil
 }
 
 // nodeConfig is the KubeletConfiguration of node n: caFile is the cluster CA's path on the
-// node, endpoint the CRI endpoint ("" for none).
-func nodeConfig(n Node, caFile, endpoint string) string {
+// node, endpoint the CRI endpoint ("" for none). A standalone node has no API server to
+// review tokens and access: as a standalone kubelet, webhook authentication is off and
+// authorization AlwaysAllow, or unitlet-status does not start.
+func nodeConfig(n Node, caFile, endpoint string, standalone bool) string {
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Written by unitlet-harness for node %s.
@@ -319,9 +321,11 @@ clusterDNS: [10.0.0.10]
 authentication:
   x509:
     clientCAFile: %s
-# These machines have cgroup v1.
-failCgroupV1: false
 `, n.Name, caFile)
+	if standalone {
+		cfg += "  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n"
+	}
+	cfg += "# These machines have cgroup v1.\nfailCgroupV1: false\n"
 	if endpoint != "" {
 		cfg += "containerRuntimeEndpoint: " + endpoint + "\n"
 	}

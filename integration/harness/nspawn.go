@@ -30,7 +30,7 @@ import (
 //     at each start and unmounted by Down with everything else under the stack's directory.
 //   - The machine shares the host's network (no --private-network): it reaches the control
 //     plane on 127.0.0.1 as a process node does, and the ports its services listen on are
-//     the host's (unitlet-config's metrics on 127.0.0.1:10271), so a stack has at most one
+//     the host's (unitlet-config's /healthz on 127.0.0.1:10271), so a stack has at most one
 //     nspawn node.
 //   - The machine's /run/unitlet is the host directory NodeSocketDir, so host-side tests dial
 //     its bus sockets as they dial a process node's.
@@ -440,7 +440,7 @@ func (h *Harness) prepareMachine(n Node, f *controlPlaneFiles) (string, error) {
 		{path: "/usr/lib/sysusers.d/unitlet.conf", mode: 0o644, from: filepath.Join(h.repo, "deploy", "sysusers.d", "unitlet.conf")},
 		// The client CA and the configuration root's alone (CIS 4.1.7, 4.1.9).
 		{path: caPath, mode: 0o600, data: ca},
-		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(nodeConfig(n, caPath, endpoint) + dirsConfig)},
+		{path: "/etc/unitlet/config.yaml", mode: 0o600, data: []byte(nodeConfig(n, caPath, endpoint, h.stack.Standalone) + dirsConfig)},
 	}
 	for _, svc := range n.Services {
 		files = append(files, machineFile{path: "/usr/bin/unitlet-" + svc, mode: 0o755, from: filepath.Join(h.binDir(), "unitlet-"+svc)})
@@ -598,9 +598,7 @@ func (h *Harness) unitDropIn(n Node, svc string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by unitlet-harness for node %s.\n[Service]\n", n.Name)
 	b.WriteString("Environment=UNITLET_LOG_LEVEL=debug\n")
-	if addr := n.Metrics[svc]; addr != "" {
-		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
-	}
+	b.WriteString(metricsDropIn(n, svc))
 	rw := h.nodeRootDir(n.Name)
 	// A kubeadm node's unitlet-config runs with the kubelet's command line under kubeadm
 	// (unitlet-kubeadm's drop-in) and its root dir from /etc/default/kubelet.

@@ -67,9 +67,11 @@ type Node struct {
 	Backend string `json:"backend"`
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
-	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR), e.g.
-	// {podsync: "127.0.0.1:10272"}: a process node's environment, an nspawn node's unit
-	// drop-in (its units set their own loopback addresses otherwise).
+	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR): a process node's
+	// environment, an nspawn or vm node's unit drop-in (its units set their own loopback
+	// addresses otherwise). host:port serves /healthz alone; unix:NAME is a socket NAME in
+	// the node's socket directory that serves /metrics and the service's pages too (see
+	// metrics.go; ServicePage reads it), e.g. {podsync: "unix:podsync-metrics.sock"}.
 	Metrics map[string]string `json:"metrics,omitempty"`
 	// NodeAPIPort is the port of unitlet-status's node API (the config's port); 0 means the
 	// kubelet's 10250. A stack that runs beside another sets its own; /healthz then moves
@@ -268,6 +270,9 @@ func LoadStack(path string) (*Stack, error) {
 			if err != nil || q.Value() < 64<<20 || (n.Backend != "process" && n.Backend != "nspawn") {
 				return nil, fmt.Errorf("%s: nodes[%d].rootDirSize %q: want a size of at least 64Mi, e.g. 256Mi, on a process or nspawn node (a vm has its own disk)", path, i, n.RootDirSize)
 			}
+		}
+		if err := checkMetrics(n); err != nil {
+			return nil, fmt.Errorf("%s: nodes[%d].%v", path, i, err)
 		}
 		if len(n.Services) > 0 && n.Services[0] != "config" {
 			return nil, fmt.Errorf("%s: nodes[%d].services: config must come first (the others read the configuration from it)", path, i)

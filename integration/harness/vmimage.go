@@ -218,7 +218,7 @@ func (h *Harness) vmImageFiles(n Node) ([]vmFile, error) {
 	const caPath = "/etc/unitlet/pki/ca.crt"
 	// A drop-in over the packaged /etc/unitlet/config.yaml (a conffile, left as shipped):
 	// its cgroupDriver: systemd is the packaged default, which the node relies on.
-	cfg := nodeConfig(n, caPath, vmRuntimeEndpoint)
+	cfg := nodeConfig(n, caPath, vmRuntimeEndpoint, h.stack.Standalone)
 	// The vm has its own kernel, whose tunables the packaged sysctl.d file sets to the
 	// kubelet's: unitlet-config checks them (CIS 4.2.6 of v1.8, "protect kernel defaults").
 	cfg += "protectKernelDefaults: true\n"
@@ -345,9 +345,7 @@ func debHoldsBinary(deb, path, bin string) (bool, error) {
 func (h *Harness) vmUnitDropIn(n Node, svc string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by unitlet-harness for node %s.\n[Unit]\nWants=unitlet-harness-node.service\nAfter=unitlet-harness-node.service\n\n[Service]\n", n.Name)
-	if addr := n.Metrics[svc]; addr != "" {
-		fmt.Fprintf(&b, "Environment=UNITLET_METRICS_ADDR=%s\n", addr)
-	}
+	b.WriteString(metricsDropIn(n, svc))
 	switch {
 	case svc != "config" || h.stack.Standalone:
 	case n.Bootstrap:

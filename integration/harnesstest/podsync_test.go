@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -342,30 +343,20 @@ func TestPodsyncGracefulDeletion(t *testing.T) {
 	}
 }
 
-// TestPodsyncMetrics scrapes podsync's metrics listener for the kubelet's metric names.
+// TestPodsyncMetrics scrapes podsync's metrics socket (the stack's unix: opt-in) for the
+// kubelet's metric names.
 func TestPodsyncMetrics(t *testing.T) {
 	t.Parallel()
 	createPod(t, busyboxPod("metrics-pod", "while true; do sleep 1; done"))
 	waitPod(t, time.Minute, "default/metrics-pod", "running", func(_ *podsyncv1.Pod, st corev1.PodStatus) bool { return st.Phase == corev1.PodRunning })
-	addr := ""
-	for _, n := range stack.Stack().Nodes {
-		if n.Name == podsyncNode {
-			addr = n.Metrics["podsync"]
-		}
-	}
-	if addr == "" {
-		t.Fatalf("the stack gives %s's podsync no metrics listener", podsyncNode)
-	}
 	var body string
 	stack.WaitFor(t, 10*time.Second, "podsync's metrics", func(ctx context.Context) (bool, string) {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		code, b, err := stack.ServicePage(ctx, podsyncNode, "podsync", "/metrics")
 		if err != nil {
 			return false, err.Error()
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return strings.Contains(body, "kubelet_pod_start_duration_seconds_count"), body
+		body = b
+		return code == http.StatusOK && strings.Contains(body, "kubelet_pod_start_duration_seconds_count"), fmt.Sprintf("%d %s", code, body)
 	})
 	for _, want := range []string{
 		"kubelet_running_pods ", "kubelet_running_containers{container_state=\"running\"}",
@@ -375,6 +366,11 @@ func TestPodsyncMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	// Made by podsync under its shipped unit: only root may connect.
+	sock := filepath.Join(stack.NodeSocketDir(podsyncNode), "podsync-metrics.sock")
+	if fi, err := os.Stat(sock); err != nil || fi.Mode()&fs.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("podsync's metrics socket %s: %v %v, want a socket, mode 0600", sock, fi, err)
 	}
 }
 

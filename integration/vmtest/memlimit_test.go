@@ -10,25 +10,28 @@ import (
 )
 
 // TestGoMemoryLimitFollowsEachUnitsMemoryMax: under its shipped unit each service's Go
-// runtime has a soft memory limit (go_gc_gomemlimit_bytes, read from the unit's own
-// metrics listener in the guest) of 80% of its cgroup's memory.max, and GOGC 50; a unit
-// without MemoryMax= leaves the runtime's default (no soft limit).
+// runtime has a soft memory limit (go_gc_gomemlimit_bytes, read from the service's own
+// metrics socket in the guest, which the stack opts in to) of 80% of its cgroup's
+// memory.max, and GOGC 50; a unit without MemoryMax= leaves the runtime's default (no
+// soft limit).
 func TestGoMemoryLimitFollowsEachUnitsMemoryMax(t *testing.T) {
 	n := vmNode(t)
 	for _, svc := range n.Services {
 		unit := "unitlet-" + svc + ".service"
+		// The harness's drop-in's address, after (or in place of) the unit's loopback port.
 		addr := ""
 		for _, kv := range strings.Fields(stack.UnitProps(t, n.Name, unit, "Environment")["Environment"]) {
 			if v, ok := strings.CutPrefix(kv, "UNITLET_METRICS_ADDR="); ok {
 				addr = v
 			}
 		}
-		if addr == "" {
-			t.Fatalf("%s sets no UNITLET_METRICS_ADDR", unit)
+		addr, ok := strings.CutPrefix(addr, "unix:")
+		if !ok {
+			t.Fatalf("%s: UNITLET_METRICS_ADDR %q, want the stack's unix: socket (a TCP port serves /healthz alone)", unit, addr)
 		}
-		// The guest has perl and no HTTP client: a plain GET over a socket.
-		body := stack.InNode(t, n.Name, "perl", "-MIO::Socket::INET", "-e",
-			`my $s = IO::Socket::INET->new($ARGV[0]) or die "connect $ARGV[0]: $!"; print $s "GET /metrics HTTP/1.0\r\n\r\n"; my $in = 0; while (<$s>) { $in = 1 if /^\r?$/; print if $in }`, addr)
+		// The guest has perl and no HTTP client: a plain GET over the socket.
+		body := stack.InNode(t, n.Name, "perl", "-MIO::Socket::UNIX", "-e",
+			`my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "connect $ARGV[0]: $!"; print $s "GET /metrics HTTP/1.0\r\n\r\n"; my $in = 0; while (<$s>) { $in = 1 if /^\r?$/; print if $in }`, addr)
 		families, err := promtext.Parse(body + "\n")
 		if err != nil {
 			t.Fatalf("%s's metrics at %s: %v", unit, addr, err)

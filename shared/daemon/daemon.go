@@ -46,7 +46,8 @@ type Daemon struct {
 	server  *grpc.Server
 	health  *health.Server
 	authz   *peercred.Authorizer
-	mux     *http.ServeMux
+	mux     *http.ServeMux // every page: served on a Unix metrics socket only (servesPages)
+	healthz *http.ServeMux // /healthz alone: what a TCP metrics listener serves
 	metrics *grpcprom.ServerMetrics
 
 	// stopping is cancelled when the process begins to stop: streaming calls end then, so
@@ -88,6 +89,7 @@ func New(o Options) *Daemon {
 		health:       health.NewServer(),
 		authz:        peercred.NewAuthorizer(o.DefaultRule),
 		mux:          http.NewServeMux(),
+		healthz:      http.NewServeMux(),
 		healthPeriod: 10 * time.Second,
 	}
 	d.notify = d.sdNotify
@@ -110,6 +112,8 @@ func New(o Options) *Daemon {
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	d.mux.Handle("/metrics", metricsHandler(o.Registry))
 	d.mux.HandleFunc("/healthz", d.serveHealthz)
+	d.healthz.HandleFunc("/healthz", d.serveHealthzWithheld)
+	d.healthz.HandleFunc("/", d.serveHealthzOnly)
 	return d
 }
 
@@ -128,7 +132,8 @@ func (d *Daemon) Logger() *slog.Logger { return d.log }
 // Stopping is done once the process begins to stop.
 func (d *Daemon) Stopping() <-chan struct{} { return d.stopping.Done() }
 
-// HandleHTTP serves h at pattern on the metrics listener.
+// HandleHTTP serves h at pattern on the metrics listener when that is a Unix socket; a
+// TCP listener serves /healthz alone.
 func (d *Daemon) HandleHTTP(pattern string, h http.Handler) { d.mux.Handle(pattern, h) }
 
 // Go adds a loop of the service. It runs until its context is cancelled; when it returns
@@ -209,9 +214,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 
-	// Metrics HTTP server: /metrics, /healthz and the service's pages.
+	// Metrics HTTP server: /healthz, and on a Unix socket /metrics and the service's pages.
 	if ls.metrics != nil {
-		srv := &http.Server{Handler: d.mux, ReadHeaderTimeout: 5 * time.Second}
+		handler := d.healthz
+		if servesPages(ls.metrics) {
+			handler = d.mux
+		}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		g.Add(func() error {
 			if err := srv.Serve(ls.metrics); !errors.Is(err, http.ErrServerClosed) && !isClosed(err) {
 				return fmt.Errorf("serve metrics: %w", err)
@@ -247,7 +256,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	d.setServing(d.healthCheck(ctx) == nil)
 	d.notify("READY=1\nSTATUS=serving\nMAINPID=" + fmt.Sprint(os.Getpid()))
-	d.log.Info("serving", "socket", ls.grpc.Addr().String(), "activated", ls.activated, "metrics", metricsAddr(ls))
+	d.log.Info("serving", "socket", ls.grpc.Addr().String(), "activated", ls.activated, "metrics", metricsAddr(ls), "pages", metricsPages(ls))
 	err = g.Run()
 	if errors.Is(err, context.Canceled) {
 		err = nil
@@ -264,6 +273,17 @@ func metricsAddr(ls *listeners) string {
 		return ""
 	}
 	return ls.metrics.Addr().String()
+}
+
+// metricsPages says, for the log, what the metrics listener serves.
+func metricsPages(ls *listeners) string {
+	switch {
+	case ls.metrics == nil:
+		return "none"
+	case servesPages(ls.metrics):
+		return "all"
+	}
+	return "/healthz only"
 }
 
 // drain stops the gRPC server gracefully, forcing the stop after ShutdownTimeout.

@@ -73,22 +73,43 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// runDaemon starts a daemon in a temp socket dir with a recorded sd_notify.
+// runDaemon starts a daemon in a temp socket dir with a recorded sd_notify, its metrics
+// listener on a free loopback port.
 func runDaemon(t *testing.T, check func(context.Context) error) (*Daemon, *notes, string, context.CancelFunc, <-chan error) {
+	t.Helper()
+	return startDaemon(t, freeAddr(t), check, nil)
+}
+
+// startDaemon is runDaemon with UNITLET_METRICS_ADDR=metricsAddr, and setup called on the
+// daemon before Run.
+func startDaemon(t *testing.T, metricsAddr string, check func(context.Context) error, setup func(*Daemon)) (*Daemon, *notes, string, context.CancelFunc, <-chan error) {
 	t.Helper()
 	dir := t.TempDir()
 	var s Settings
-	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir, "UNITLET_METRICS_ADDR": freeAddr(t), "UNITLET_SHUTDOWN_TIMEOUT": "2s"}); err != nil {
+	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir, "UNITLET_METRICS_ADDR": metricsAddr, "UNITLET_SHUTDOWN_TIMEOUT": "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	d := New(Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	n := &notes{}
 	d.notify = n.add
 	d.SetHealthCheck(check)
+	if setup != nil {
+		setup(d)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	eventually(t, 5*time.Second, "READY=1", func() bool { return n.count("READY=1") > 0 })
+	eventually(t, 5*time.Second, "READY=1", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before READY=1: %v", err)
+		default:
+		}
+		return n.count("READY=1") > 0
+	})
 	t.Cleanup(cancel)
 	return d, n, s.MetricsAddr, cancel, done
 }
@@ -135,16 +156,8 @@ func TestWatchdogFollowsTheHealthCheck(t *testing.T) {
 	if err != nil || info.GetService() != "config" || info.GetPid() != int32(os.Getpid()) || info.GetSocketActivated() {
 		t.Fatalf("GetInfo: %v %v", info, err)
 	}
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, m := range []string{"unitlet_build_info", "go_goroutines", "process_open_fds", "grpc_server_handled_total"} {
-		if !strings.Contains(string(page), m) {
-			t.Errorf("/metrics lacks %s", m)
-		}
+	if resp, err := http.Get("http://" + metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz while healthy: %v %v", resp, err)
 	}
 
 	failing.Store(true)
@@ -158,8 +171,15 @@ func TestWatchdogFollowsTheHealthCheck(t *testing.T) {
 	if after := n.count("WATCHDOG=1"); after > before+1 {
 		t.Fatalf("the watchdog was fed %d times while the check failed", after-before)
 	}
-	if resp, err := http.Get("http://" + metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+	resp, err := http.Get("http://" + metrics + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz while failing: %v %v", resp, err)
+	}
+	// A TCP listener has no authentication: the reason is withheld, as the kubelet's.
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "broken on purpose") || !strings.Contains(string(body), "withheld") {
+		t.Errorf("/healthz on TCP while failing: %q, want the reason withheld", body)
 	}
 
 	failing.Store(false)
@@ -217,12 +237,26 @@ func TestSettings(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	for _, ok := range []string{"127.0.0.1:10271", ":10271", "[::1]:0", "localhost:10271", "unix:/run/unitlet/config-metrics.sock"} {
+		s := s
+		s.MetricsAddr = ok
+		if err := s.Validate(); err != nil {
+			t.Errorf("UNITLET_METRICS_ADDR=%s: %v", ok, err)
+		}
+	}
 	for env, want := range map[string]string{
-		"UNITLET_SOCKET_DIR=relative":     "UNITLET_SOCKET_DIR",
-		"UNITLET_LOG_LEVEL=chatty":        "UNITLET_LOG_LEVEL",
-		"UNITLET_LOG_FORMAT=xml":          "UNITLET_LOG_FORMAT",
-		"UNITLET_SHUTDOWN_TIMEOUT=0s":     "UNITLET_SHUTDOWN_TIMEOUT",
-		"UNITLET_SHUTDOWN_TIMEOUT=a week": "SHUTDOWN_TIMEOUT",
+		"UNITLET_SOCKET_DIR=relative":              "UNITLET_SOCKET_DIR",
+		"UNITLET_LOG_LEVEL=chatty":                 "UNITLET_LOG_LEVEL",
+		"UNITLET_LOG_FORMAT=xml":                   "UNITLET_LOG_FORMAT",
+		"UNITLET_SHUTDOWN_TIMEOUT=0s":              "UNITLET_SHUTDOWN_TIMEOUT",
+		"UNITLET_SHUTDOWN_TIMEOUT=a week":          "SHUTDOWN_TIMEOUT",
+		"UNITLET_METRICS_ADDR=unix:run/x.sock":     "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=unix:@abstract":      "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=unix:/run/../x.sock": "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=/run/unitlet/x.sock": "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=127.0.0.1":           "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=127.0.0.1:metrics":   "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_ADDR=127.0.0.1:70000":     "UNITLET_METRICS_ADDR",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		var s Settings
@@ -274,7 +308,7 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	l, err := listenUnix(path)
+	l, err := listenUnix(path, busSocket)
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
@@ -284,7 +318,7 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	}
 
 	// A socket something answers on is left alone.
-	if _, err := listenUnix(path); err == nil || !strings.Contains(err.Error(), "another process is serving") {
+	if _, err := listenUnix(path, busSocket); err == nil || !strings.Contains(err.Error(), "another process is serving") {
 		t.Fatalf("live socket: %v", err)
 	}
 	l.Close()
@@ -292,7 +326,7 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	// A file that is not a socket is never removed.
 	other := filepath.Join(dir, "file.sock")
 	os.WriteFile(other, []byte("precious"), 0o644)
-	if _, err := listenUnix(other); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := listenUnix(other, metricsSocket); err == nil || !strings.Contains(err.Error(), "not a socket") || !strings.Contains(err.Error(), "UNITLET_METRICS_ADDR") {
 		t.Fatalf("regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(other); string(b) != "precious" {

@@ -20,7 +20,7 @@ import (
 )
 
 // AddRegistry keeps a registry apart from the process's own under name: GetMetrics serves
-// it for that name and the metrics listener at /metrics/<name>. Call it before Run.
+// it for that name, and a Unix metrics socket at /metrics/<name>. Call it before Run.
 func (d *Daemon) AddRegistry(name string, g prometheus.Gatherer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/unitlet/unitlet/shared/envconfig"
 )
 
 // sdNotify sends state to systemd when NOTIFY_SOCKET is set; without it there is nobody to
@@ -73,14 +76,36 @@ func (d *Daemon) setServing(ok bool) {
 
 // serveHealthz answers 200 "ok" while the service's health check passes, 503 with the
 // reason otherwise.
-func (d *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) { d.answerHealthz(w, r, true) }
+
+// serveHealthzWithheld is serveHealthz for a listener with no authentication: a failure's
+// reason is withheld, as the kubelet's healthz handler withholds it.
+func (d *Daemon) serveHealthzWithheld(w http.ResponseWriter, r *http.Request) {
+	d.answerHealthz(w, r, false)
+}
+
+func (d *Daemon) answerHealthz(w http.ResponseWriter, r *http.Request, reason bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err := d.healthCheck(ctx); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("unhealthy: " + err.Error() + "\n"))
+		msg := "unhealthy: reason withheld (the service's log and unitletctl status give it)"
+		if reason {
+			msg = "unhealthy: " + err.Error()
+		}
+		_, _ = w.Write([]byte(msg + "\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// serveHealthzOnly answers every path but /healthz on a TCP metrics listener: not found,
+// as on the kubelet's healthz port, saying where the pages are served instead.
+func (d *Daemon) serveHealthzOnly(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusNotFound)
+	fmt.Fprintf(w, "404 page not found: this unauthenticated TCP listener serves /healthz only; the node's metrics are on the node API (authenticated, port 10250 by default), and unitlet-%s serves its own on a Unix socket with %sMETRICS_ADDR=unix:/run/unitlet/%s-metrics.sock\n",
+		d.opts.Service, envconfig.Prefix, d.opts.Service)
 }

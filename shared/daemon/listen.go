@@ -63,19 +63,34 @@ func listen(service string, s Settings) (*listeners, error) {
 		}
 	} else {
 		var err error
-		if l.grpc, err = listenUnix(bus.SocketPath(s.SocketDir, service)); err != nil {
+		if l.grpc, err = listenUnix(bus.SocketPath(s.SocketDir, service), busSocket); err != nil {
 			return nil, err
 		}
 	}
 	if l.metrics == nil && s.MetricsAddr != "" {
-		m, err := net.Listen("tcp", s.MetricsAddr)
+		var m net.Listener
+		var err error
+		if path, ok := strings.CutPrefix(s.MetricsAddr, metricsUnix); ok {
+			m, err = listenUnix(path, metricsSocket)
+		} else if m, err = net.Listen("tcp", s.MetricsAddr); err != nil {
+			err = fmt.Errorf("metrics listener %s: %w", s.MetricsAddr, err)
+		}
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("metrics listener %s: %w", s.MetricsAddr, err)
+			return nil, err
 		}
 		l.metrics = m
 	}
 	return l, nil
+}
+
+// servesPages reports whether the metrics listener l may serve more than /healthz: only a
+// Unix socket with a path, which the file's owner, group and mode guard. A TCP port (or an
+// abstract Unix socket) answers every local user and every hostNetwork pod, with no
+// credentials asked: it serves /healthz alone, as the kubelet's healthz port does.
+func servesPages(l net.Listener) bool {
+	a := l.Addr()
+	return a.Network() == "unix" && filepath.IsAbs(a.String())
 }
 
 // pickActivated chooses the bus socket among those systemd passed: the one named "grpc", or
@@ -97,51 +112,69 @@ func pickActivated(named map[string][]net.Listener) (net.Listener, error) {
 	return nil, fmt.Errorf("socket activation: no stream socket named %q among %v (set FileDescriptorName=%s in the .socket unit)", FDNameGRPC, names, FDNameGRPC)
 }
 
-// listenUnix binds a Unix socket at path with mode 0660 and group unitlet (when the group
-// exists). A socket file left behind by a dead process is replaced; a socket something still
-// answers on is not.
-func listenUnix(path string) (net.Listener, error) {
+// unixSocket says what listenUnix makes.
+type unixSocket struct {
+	what    string // names it in errors
+	setting string // the variable that moves it
+	mode    fs.FileMode
+	group   bool // given to group unitlet, when the group exists
+}
+
+var (
+	// busSocket is a service's own bus socket when systemd passes none: 0660, group
+	// unitlet, as the .socket units make it.
+	busSocket = unixSocket{what: "bus socket", setting: envconfig.Prefix + "SOCKET_DIR", mode: 0o660, group: true}
+	// metricsSocket (UNITLET_METRICS_ADDR=unix:...) is the process owner's alone, mode 0600.
+	// It cannot be given to a group under the shipped units: they keep no capability and
+	// their system call filter refuses chown. A socket unit that passes an fd named
+	// "metrics" sets its owner and mode itself (SocketGroup=, SocketMode=).
+	metricsSocket = unixSocket{what: "metrics socket", setting: envconfig.Prefix + "METRICS_ADDR", mode: 0o600}
+)
+
+// listenUnix binds a Unix socket at path as k says. A socket file left behind by a dead
+// process is replaced; a socket something still answers on is not.
+func listenUnix(path string, k unixSocket) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("bus socket directory: %w", err)
+		return nil, fmt.Errorf("%s directory: %w", k.what, err)
 	}
 	l, err := net.Listen("unix", path)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		if err := removeStaleSocket(path); err != nil {
+		if err := removeStaleSocket(path, k); err != nil {
 			return nil, err
 		}
 		l, err = net.Listen("unix", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", k.what, err)
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	if err := os.Chmod(path, k.mode); err != nil {
 		l.Close()
-		return nil, fmt.Errorf("bus socket %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", k.what, path, err)
 	}
-	if gid, ok := socketGID(); ok {
+	if gid, ok := socketGID(); ok && k.group {
 		if err := os.Chown(path, -1, gid); err != nil {
 			l.Close()
-			return nil, fmt.Errorf("bus socket %s: %w", path, err)
+			return nil, fmt.Errorf("%s %s: %w", k.what, path, err)
 		}
 	}
 	return l, nil
 }
 
-func removeStaleSocket(path string) error {
+func removeStaleSocket(path string, k unixSocket) error {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("bus socket %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", k.what, path, err)
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("bus socket %s: the path exists and is not a socket; remove it or set %sSOCKET_DIR", path, envconfig.Prefix)
+		return fmt.Errorf("%s %s: the path exists and is not a socket; remove it or set %s", k.what, path, k.setting)
 	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		conn.Close()
-		return fmt.Errorf("bus socket %s: another process is serving on it (is the service already running, or its systemd .socket unit active?)", path)
+		return fmt.Errorf("%s %s: another process is serving on it (is the service already running, or its systemd .socket unit active?)", k.what, path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("bus socket %s: remove stale socket: %w", path, err)
+		return fmt.Errorf("%s %s: remove stale socket: %w", k.what, path, err)
 	}
 	return nil
 }

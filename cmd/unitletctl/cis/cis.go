@@ -2,7 +2,8 @@
 // CIS Kubernetes Benchmark v1.10, reading what the node runs: the units systemd has loaded
 // and their files, the configuration unitlet-config serves, the command line and
 // environment of the running unitlet-config, the files on disk with their owner and mode,
-// and the node API as a client sees it. Nothing is taken from unitlet's defaults in code.
+// the node API as a client sees it, and every TCP port the running units listen on, asked
+// without credentials. Nothing is taken from unitlet's defaults in code.
 //
 // The benchmark is written for the kubelet. Each recommendation is mapped to unitlet's
 // equivalent (the units of unitlet.target for "the kubelet service file", the --config
@@ -99,6 +100,30 @@ type Node struct {
 	Sysctls map[string]string
 	// NodeAPI is the node API (:10250) as a client on the node sees it.
 	NodeAPI NodeAPI
+	// Listeners are the TCP sockets the running units' main processes listen on, each asked
+	// for the pages a client without credentials must not get.
+	Listeners []Listener
+}
+
+// Listener is a TCP socket a unit's main process listens on.
+type Listener struct {
+	Unit string
+	PID  int
+	// Address is the socket's local address as bound ("" when the process's sockets could
+	// not be read: Probe.Err says why).
+	Address string
+	// Probe is what a client on the node without credentials got from it.
+	Probe HTTPProbe
+}
+
+// HTTPProbe is what GET of each of a set of pages without credentials answered.
+type HTTPProbe struct {
+	// Address is what was dialled; Scheme is "https" when the listener spoke TLS, else "http".
+	Address, Scheme string
+	// Err is why the pages could not all be asked.
+	Err string
+	// Status is the HTTP status of each page, by path.
+	Status map[string]int
 }
 
 // Unit is a systemd unit as systemd has it loaded.
@@ -194,7 +219,7 @@ func checks() []check {
 		{"4.2.1", "Ensure that the --anonymous-auth argument is set to false", anonymousAuth},
 		{"4.2.2", "Ensure that the --authorization-mode argument is not set to AlwaysAllow", authorizationMode},
 		{"4.2.3", "Ensure that the --client-ca-file argument is set as appropriate", clientCAFile},
-		{"4.2.4", "Verify that the --read-only-port argument is set to 0", readOnlyPort},
+		{"4.2.4", "Verify that the --read-only-port argument is set to 0 (and that no TCP port of unitlet's services serves a page but /healthz without credentials)", readOnlyPort},
 		{"4.2.5", "Ensure that the --streaming-connection-idle-timeout argument is not set to 0", streamingIdleTimeout},
 		{"4.2.6", "Ensure that the --make-iptables-util-chains argument is set to true", iptablesUtilChains},
 		{"4.2.7", "Ensure that the --hostname-override argument is not set", hostnameOverride},

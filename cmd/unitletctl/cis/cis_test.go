@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +42,11 @@ type fakeNode struct {
 	show     map[string]string // systemctl args joined by " " -> output
 	api      NodeAPI
 	virt     string
+	// listening are the TCP sockets of each pid; a pid not here cannot be read.
+	listening map[int][]string
+	// pages are what each dialled address answers; any other answers 404 to every page,
+	// as a listener serving /healthz alone.
+	pages map[string]HTTPProbe
 }
 
 // showUnits is the systemctl command that reads the units of goodFakeNode's unitlet.target.
@@ -50,6 +58,12 @@ func goodFakeNode() *fakeNode {
 		files:    map[string]File{},
 		contents: map[string]string{},
 		show:     map[string]string{},
+		// config's, certs' and eviction's /healthz listeners; eviction also listens on every
+		// address, as a node API would.
+		listening: map[int][]string{42: {"127.0.0.1:10271"}, 43: {"127.0.0.1:10275"}, 44: {"127.0.0.1:10276", "[::]:10250"}},
+		pages: map[string]HTTPProbe{
+			"[::1]:10250": {Address: "[::1]:10250", Scheme: "https", Status: statusOfEvery(http.StatusUnauthorized)},
+		},
 		api: NodeAPI{Address: "127.0.0.1:10250", AnonymousStatus: 401, CertSubject: "CN=system:node:node-1,O=system:nodes", CertIssuer: "CN=cluster-ca",
 			SuitesProbed: []string{"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"}},
 	}
@@ -171,6 +185,30 @@ func (f *fakeNode) ProbeNodeAPI(_ context.Context, address string) NodeAPI {
 	return a
 }
 
+func (f *fakeNode) ListeningTCP(pid int) ([]string, error) {
+	addrs, ok := f.listening[pid]
+	if !ok {
+		return nil, fmt.Errorf("open /proc/%d/fd: permission denied", pid)
+	}
+	return addrs, nil
+}
+
+func (f *fakeNode) ProbeHTTP(_ context.Context, address string, paths []string) HTTPProbe {
+	if p, ok := f.pages[address]; ok {
+		return p
+	}
+	return HTTPProbe{Address: address, Scheme: "http", Status: statusOfEvery(http.StatusNotFound)}
+}
+
+// statusOfEvery answers code to every protected page.
+func statusOfEvery(code int) map[string]int {
+	m := map[string]int{}
+	for _, p := range protectedPages {
+		m[p] = code
+	}
+	return m
+}
+
 // results collects f and runs the checks: result by ID.
 func results(t *testing.T, f *fakeNode) (map[string]Finding, []string) {
 	t.Helper()
@@ -271,6 +309,21 @@ func TestChecksFailOnBadSettings(t *testing.T) {
 		{"no client CA", "4.2.3", setConfig(`"clientCAFile": "/etc/unitlet/pki/ca.crt"`, `"clientCAFile": ""`)},
 		{"client CA missing", "4.2.3", func(f *fakeNode) { delete(f.files, "/etc/unitlet/pki/ca.crt") }},
 		{"read-only port", "4.2.4", setConfig(`"readOnlyPort": 0`, `"readOnlyPort": 10255`)},
+		{"a unit serves its metrics and /configz on TCP", "4.2.4", func(f *fakeNode) {
+			st := statusOfEvery(http.StatusNotFound)
+			st["/metrics"], st["/configz"] = 200, 200
+			f.pages["127.0.0.1:10271"] = HTTPProbe{Address: "127.0.0.1:10271", Scheme: "http", Status: st}
+		}},
+		{"a unit serves a page on every address", "4.2.4", func(f *fakeNode) {
+			f.listening[43] = append(f.listening[43], "0.0.0.0:9100")
+			st := statusOfEvery(http.StatusNotFound)
+			st["/debug/pprof/"] = 301
+			f.pages["127.0.0.1:9100"] = HTTPProbe{Address: "127.0.0.1:9100", Scheme: "http", Status: st}
+		}},
+		{"a unit's sockets cannot be read", "4.2.4", func(f *fakeNode) { delete(f.listening, 44) }},
+		{"a unit's listener cannot be asked", "4.2.4", func(f *fakeNode) {
+			f.pages["127.0.0.1:10275"] = HTTPProbe{Address: "127.0.0.1:10275", Err: "GET /metrics: connection reset by peer"}
+		}},
 		{"idle timeout 0", "4.2.5", setConfig(`"streamingConnectionIdleTimeout": "4h0m0s"`, `"streamingConnectionIdleTimeout": "0s"`)},
 		{"hostname override flag", "4.2.7", func(f *fakeNode) { f.contents["/proc/42/cmdline"] += "--hostname-override=other\x00" }},
 		{"hostname override variable", "4.2.7", func(f *fakeNode) { f.contents["/proc/42/environ"] += "UNITLET_HOSTNAME_OVERRIDE=other\x00" }},
@@ -420,5 +473,83 @@ func TestWriteTable(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "4.2.13  PASS") || !strings.Contains(b.String(), fmt.Sprintf("%d checks: %d PASS, 0 FAIL, 3 N/A", len(checks()), len(checks())-3)) {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// 4.2.4 names the unit, its pid, the address and the pages it served without credentials.
+func TestReadOnlyPortNamesTheListenerThatServesPages(t *testing.T) {
+	f := goodFakeNode()
+	got, _ := results(t, f)
+	fd := got["4.2.4"]
+	ev := strings.Join(fd.Evidence, "\n")
+	if fd.Result != Pass || !strings.Contains(fd.Reason, "4 TCP listeners") ||
+		!strings.Contains(ev, "unitlet-config.service (pid 42) on 127.0.0.1:10271, http://127.0.0.1:10271 without credentials: served none; refused /metrics 404") ||
+		!strings.Contains(ev, "unitlet-eviction.service (pid 44) on [::]:10250, https://[::1]:10250 without credentials: served none; refused /metrics 401") {
+		t.Errorf("4.2.4 on a good node: %s (%s), evidence:\n%s", fd.Result, fd.Reason, ev)
+	}
+
+	st := statusOfEvery(http.StatusNotFound)
+	st["/metrics"], st["/metrics/probes"], st["/configz"] = 200, 200, 200
+	f.pages["127.0.0.1:10271"] = HTTPProbe{Address: "127.0.0.1:10271", Scheme: "http", Status: st}
+	got, _ = results(t, f)
+	fd = got["4.2.4"]
+	want := "unitlet-config.service (pid 42) on 127.0.0.1:10271 serves /metrics 200, /metrics/probes 200, /configz 200 without credentials"
+	if fd.Result != Fail || !strings.Contains(fd.Reason, want) {
+		t.Errorf("4.2.4 with pages on TCP: %s (%s), want FAIL naming %q", fd.Result, fd.Reason, want)
+	}
+}
+
+func TestListeningIn(t *testing.T) {
+	tcp := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:280F 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0000000000000000 100 0 0 10 0
+   1: 00000000:280A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1002 1 0000000000000000 100 0 0 10 0
+   2: 0100007F:280F 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 1003 1 0000000000000000 20 4 30 10 -1
+   3: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2000 1 0000000000000000 100 0 0 10 0
+`
+	tcp6 := `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:280A 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1004 1 0000000000000000 100 0 0 10 0
+`
+	inodes := map[string]bool{"1001": true, "1002": true, "1003": true, "1004": true}
+	got, err := listeningIn([]byte(tcp), inodes)
+	if err != nil || strings.Join(got, " ") != "127.0.0.1:10255 0.0.0.0:10250" {
+		t.Errorf("tcp: %v %v, want the two listening sockets of the process (not its connection, not another process's)", got, err)
+	}
+	got, err = listeningIn([]byte(tcp6), inodes)
+	if err != nil || strings.Join(got, " ") != "[::1]:10250" {
+		t.Errorf("tcp6: %v %v, want [::1]:10250", got, err)
+	}
+	if _, err := listeningIn([]byte("header\n 0: garbage\n"), inodes); err == nil {
+		t.Error("a line that does not parse: want an error")
+	}
+}
+
+// Host finds this process's own listener and asks it as a client would: plain HTTP, or
+// TLS when it speaks it.
+func TestHostListeningTCPAndProbeHTTP(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("prober_probe_total 1")) })
+	plain := httptest.NewServer(mux)
+	defer plain.Close()
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Unauthorized", http.StatusUnauthorized) }))
+	defer secure.Close()
+
+	h := Host{Timeout: 5 * time.Second}
+	addrs, err := h.ListeningTCP(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*httptest.Server{plain, secure} {
+		if a := s.Listener.Addr().String(); !slices.Contains(addrs, a) {
+			t.Errorf("ListeningTCP(self) = %v, lacks %s", addrs, a)
+		}
+	}
+	p := h.ProbeHTTP(context.Background(), plain.Listener.Addr().String(), []string{"/metrics", "/configz"})
+	if p.Err != "" || p.Scheme != "http" || p.Status["/metrics"] != 200 || p.Status["/configz"] != 404 {
+		t.Errorf("plain HTTP: %+v, want http, /metrics 200, /configz 404", p)
+	}
+	p = h.ProbeHTTP(context.Background(), secure.Listener.Addr().String(), []string{"/pods"})
+	if p.Err != "" || p.Scheme != "https" || p.Status["/pods"] != 401 {
+		t.Errorf("TLS: %+v, want https, /pods 401", p)
 	}
 }

@@ -30,6 +30,20 @@ type System interface {
 	Container(ctx context.Context) string
 	// ProbeNodeAPI asks the node API at address as a client (see NodeAPI).
 	ProbeNodeAPI(ctx context.Context, address string) NodeAPI
+	// ListeningTCP are the local addresses of the TCP sockets process pid listens on.
+	ListeningTCP(pid int) ([]string, error)
+	// ProbeHTTP asks address for each of paths with no credentials, over TLS when the
+	// listener speaks it.
+	ProbeHTTP(ctx context.Context, address string, paths []string) HTTPProbe
+}
+
+// protectedPages are what a client without credentials must not get from any listener of
+// the node agent: the kubelet serves them on the node API alone, after authentication and
+// authorization. unitlet's services have served /metrics, /metrics/probes and /configz
+// on their own listeners; the rest are the node API's.
+var protectedPages = []string{
+	"/metrics", "/metrics/probes", "/metrics/cadvisor", "/metrics/resource", "/configz",
+	"/pods", "/runningpods/", "/stats/summary", "/spec", "/logs/", "/debug/pprof/",
 }
 
 // proxyKubeconfigPaths are where kube-proxy's kubeconfig usually is.
@@ -127,7 +141,37 @@ func Collect(ctx context.Context, sys System) (*Node, []string) {
 	} else {
 		n.NodeAPI = NodeAPI{Err: "the configuration is unknown"}
 	}
+
+	// Every TCP socket of every running service of unitlet.target, asked without credentials.
+	for _, u := range units {
+		if !strings.HasSuffix(u.Name, ".service") || u.MainPID <= 0 {
+			continue
+		}
+		addrs, err := sys.ListeningTCP(u.MainPID)
+		if err != nil {
+			problem("the TCP sockets of %s (pid %d): %v", u.Name, u.MainPID, err)
+			n.Listeners = append(n.Listeners, Listener{Unit: u.Name, PID: u.MainPID, Probe: HTTPProbe{Err: "its sockets could not be read: " + err.Error()}})
+			continue
+		}
+		for _, a := range addrs {
+			n.Listeners = append(n.Listeners, Listener{Unit: u.Name, PID: u.MainPID, Address: a, Probe: sys.ProbeHTTP(ctx, dialAddress(a), protectedPages)})
+		}
+	}
 	return n, problems
+}
+
+// dialAddress is the address a client on the node dials for a socket bound to addr:
+// loopback when it listens on every address.
+func dialAddress(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return addr
+	}
+	return nodeAPIAddress(host, int32(p))
 }
 
 // nodeAPIAddress is the address a client on the node dials for the node API bound to

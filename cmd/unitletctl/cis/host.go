@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -158,4 +161,118 @@ func (h Host) ProbeNodeAPI(ctx context.Context, address string) NodeAPI {
 		}
 	}
 	return a
+}
+
+// ListeningTCP reads the process's open files for its sockets and its network namespace's
+// TCP tables (/proc/<pid>/net/tcp and tcp6) for those that listen.
+func (h Host) ListeningTCP(pid int) ([]string, error) {
+	proc := fmt.Sprintf("/proc/%d", pid)
+	fds, err := os.ReadDir(proc + "/fd")
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(proc, "fd", fd.Name()))
+		if err != nil {
+			continue // closed since the directory was read
+		}
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(proc + "/net/" + table)
+		if errors.Is(err, fs.ErrNotExist) && table == "tcp6" {
+			continue // no IPv6 in the kernel
+		}
+		if err != nil {
+			return nil, err
+		}
+		addrs, err := listeningIn(b, inodes)
+		if err != nil {
+			return nil, fmt.Errorf("%s/net/%s: %w", proc, table, err)
+		}
+		out = append(out, addrs...)
+	}
+	return out, nil
+}
+
+// tcpListen is the state of a listening socket in /proc/net/tcp.
+const tcpListen = "0A"
+
+// listeningIn reads a /proc/net/tcp or tcp6 table: the local addresses of the listening
+// sockets among inodes.
+func listeningIn(table []byte, inodes map[string]bool) ([]string, error) {
+	var out []string
+	lines := strings.Split(strings.TrimSpace(string(table)), "\n")
+	for _, line := range lines[1:] { // a header first
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			return nil, fmt.Errorf("a line of %d fields, want at least 10: %q", len(f), line)
+		}
+		if f[3] != tcpListen || !inodes[f[9]] {
+			continue
+		}
+		addr, err := procNetAddress(f[1])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, addr)
+	}
+	return out, nil
+}
+
+// procNetAddress decodes /proc/net/tcp's address:port: the address in hexadecimal as the
+// kernel keeps it, 32-bit words in the machine's byte order, the port in hexadecimal.
+func procNetAddress(s string) (string, error) {
+	hexIP, hexPort, ok := strings.Cut(s, ":")
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if !ok || err != nil || (len(hexIP) != 8 && len(hexIP) != 32) {
+		return "", fmt.Errorf("local address %q: want hex address:port", s)
+	}
+	raw, err := hex.DecodeString(hexIP)
+	if err != nil {
+		return "", fmt.Errorf("local address %q: %v", s, err)
+	}
+	ip := make(net.IP, len(raw))
+	for i := 0; i < len(raw); i += 4 {
+		binary.BigEndian.PutUint32(ip[i:], binary.NativeEndian.Uint32(raw[i:]))
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(int(port))), nil
+}
+
+// ProbeHTTP asks address for each path with no credentials: over TLS when a handshake
+// succeeds (no client certificate offered), else plain HTTP. Redirects are not followed.
+func (h Host) ProbeHTTP(ctx context.Context, address string, paths []string) HTTPProbe {
+	p := HTTPProbe{Address: address, Scheme: "http", Status: map[string]int{}}
+	dialer := &net.Dialer{Timeout: h.Timeout}
+	base := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // what is asked is whether it answers, not who it is
+	if c, err := tls.DialWithDialer(dialer, "tcp", address, base); err == nil {
+		c.Close()
+		p.Scheme = "https"
+	}
+	client := &http.Client{
+		Timeout:       h.Timeout,
+		Transport:     &http.Transport{TLSClientConfig: base.Clone(), DialContext: dialer.DialContext},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	defer client.CloseIdleConnections()
+	for _, path := range paths {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Scheme+"://"+address+path, nil)
+		if err != nil {
+			p.Err = err.Error()
+			return p
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			p.Err = fmt.Sprintf("GET %s: %v", path, err)
+			return p
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		p.Status[path] = resp.StatusCode
+	}
+	return p
 }

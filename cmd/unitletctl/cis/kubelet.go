@@ -87,6 +87,10 @@ func clientCAFile(n *Node) (Result, string, []string) {
 	return Pass, "authentication.x509.clientCAFile: " + p, ev
 }
 
+// readOnlyPort checks the kubelet's setting and what the setting is for: that no port of
+// the node agent serves a page without credentials. Every TCP socket of every running
+// unit of unitlet.target is asked for the protected pages; only /healthz may answer (the
+// kubelet's healthz port), every other page must be refused (401, 403) or not there (404).
 func readOnlyPort(n *Node) (Result, string, []string) {
 	if n.Config == nil {
 		return Fail, noConfig, nil
@@ -95,7 +99,41 @@ func readOnlyPort(n *Node) (Result, string, []string) {
 	if n.Config.ReadOnlyPort != 0 {
 		return Fail, fmt.Sprintf("readOnlyPort is %d", n.Config.ReadOnlyPort), ev
 	}
-	return Pass, "readOnlyPort: 0 (unitlet refuses any other value and serves no read-only port)", ev
+	if len(n.Units) == 0 {
+		return Fail, "readOnlyPort: 0, but " + noUnits + ": the ports its services listen on are unknown", ev
+	}
+	var bad []string
+	for _, l := range n.Listeners {
+		who := fmt.Sprintf("%s (pid %d)", l.Unit, l.PID)
+		if l.Address != "" {
+			who += " on " + l.Address
+		}
+		if l.Probe.Err != "" {
+			ev = append(ev, who+": "+l.Probe.Err)
+			bad = append(bad, who+" could not be asked")
+			continue
+		}
+		var served, refused []string
+		for _, path := range protectedPages {
+			code, asked := l.Probe.Status[path]
+			switch {
+			case !asked:
+				served = append(served, path+" not asked")
+			case code == http.StatusNotFound || code == http.StatusUnauthorized || code == http.StatusForbidden:
+				refused = append(refused, fmt.Sprintf("%s %d", path, code))
+			default:
+				served = append(served, fmt.Sprintf("%s %d", path, code))
+			}
+		}
+		ev = append(ev, fmt.Sprintf("%s, %s://%s without credentials: served %s; refused %s", who, l.Probe.Scheme, l.Probe.Address, joinOr(served, "none"), joinOr(refused, "none")))
+		if len(served) > 0 {
+			bad = append(bad, fmt.Sprintf("%s serves %s without credentials", who, strings.Join(served, ", ")))
+		}
+	}
+	if len(bad) > 0 {
+		return Fail, "readOnlyPort: 0, but " + strings.Join(bad, "; "), ev
+	}
+	return Pass, fmt.Sprintf("readOnlyPort: 0 (unitlet refuses any other value), and none of the %d TCP listeners of unitlet's services serves a page but /healthz without credentials", len(n.Listeners)), ev
 }
 
 func streamingIdleTimeout(n *Node) (Result, string, []string) {
