@@ -2,7 +2,6 @@ package harnesstest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -210,55 +209,44 @@ func TestHealthzMeansEveryService(t *testing.T) {
 	healthzOK("both /healthz ok again once unitlet-certs runs")
 }
 
-// /spec is the machine as cAdvisor's MachineInfo describes it: the node's CPUs and memory
-// as its capacity says, the running kernel's boot ID (the machine shares the host's),
-// its machine ID, the root directory's filesystem and a topology holding every CPU.
-func TestSpecDescribesTheMachine(t *testing.T) {
+// The machine as /metrics/cadvisor describes it (machine_cpu_cores, machine_memory_bytes):
+// the node's CPUs and memory as its capacity says, labelled with its boot ID and machine
+// ID. The node API serves no /spec, as the v1.36 kubelet: the API server's node proxy
+// answers 404.
+func TestMachineMetricsDescribeTheMachine(t *testing.T) {
 	t.Parallel()
 	node := waitNodeReady(t, 90*time.Second)
-	var spec struct {
-		NumCores       int    `json:"num_cores"`
-		MemoryCapacity uint64 `json:"memory_capacity"`
-		MachineID      string `json:"machine_id"`
-		BootID         string `json:"boot_id"`
-		Filesystems    []struct {
-			Device   string `json:"device"`
-			Capacity uint64 `json:"capacity"`
-		} `json:"filesystems"`
-		Topology []struct {
-			Cores []struct {
-				Threads []int `json:"thread_ids"`
-			} `json:"cores"`
-		} `json:"topology"`
+	if code, body := nodeProxyGet(context.Background(), t, "/spec/"); code != http.StatusNotFound {
+		t.Errorf("GET /spec/ through the node proxy: %d %.300s, want 404 (the v1.36 kubelet has no /spec)", code, body)
 	}
-	code, body := nodeProxyGet(context.Background(), t, "/spec")
+	code, body := nodeProxyGet(context.Background(), t, "/metrics/cadvisor")
 	if code != http.StatusOK {
-		t.Fatalf("GET /spec: %d %s", code, body)
+		t.Fatalf("GET /metrics/cadvisor: %d %.300s", code, body)
 	}
-	if err := json.Unmarshal([]byte(body), &spec); err != nil {
-		t.Fatalf("GET /spec: %v\n%s", err, body)
-	}
-	if c := node.Status.Capacity.Cpu().Value(); int64(spec.NumCores) != c {
-		t.Errorf("num_cores %d, node capacity cpu %d", spec.NumCores, c)
-	}
-	if m := node.Status.Capacity.Memory().Value(); int64(spec.MemoryCapacity) != m {
-		t.Errorf("memory_capacity %d, node capacity memory %d", spec.MemoryCapacity, m)
-	}
-	// The node's boot id as its Node reports it: an nspawn machine has its own, a new one
-	// each time it boots, not the host kernel's.
-	if spec.BootID != node.Status.NodeInfo.BootID || spec.MachineID == "" {
-		t.Errorf("boot_id %q machine_id %q, want the Node's boot id %q and a machine id", spec.BootID, spec.MachineID, node.Status.NodeInfo.BootID)
-	}
-	if len(spec.Filesystems) != 1 || spec.Filesystems[0].Capacity == 0 || spec.Filesystems[0].Device == "" {
-		t.Errorf("filesystems %+v, want the root directory's", spec.Filesystems)
-	}
-	threads := 0
-	for _, n := range spec.Topology {
-		for _, c := range n.Cores {
-			threads += len(c.Threads)
+	families := parseExposition(t, body)
+	for _, want := range []struct {
+		name  string
+		value int64
+	}{
+		{"machine_cpu_cores", node.Status.Capacity.Cpu().Value()},
+		{"machine_memory_bytes", node.Status.Capacity.Memory().Value()},
+	} {
+		m := promtext.Find(families, want.name, map[string]string{})
+		if m == nil {
+			t.Errorf("no %s", want.name)
+			continue
 		}
-	}
-	if threads != spec.NumCores {
-		t.Errorf("topology holds %d cpus, num_cores %d:\n%s", threads, spec.NumCores, body)
+		if int64(promtext.Value(m)) != want.value {
+			t.Errorf("%s %v, the Node's capacity %d", want.name, promtext.Value(m), want.value)
+		}
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		// The node's boot id as its Node reports it: an nspawn machine has its own, a new
+		// one each time it boots, not the host kernel's.
+		if labels["boot_id"] != node.Status.NodeInfo.BootID || labels["machine_id"] == "" {
+			t.Errorf("%s labels %v, want the Node's boot id %q and a machine id", want.name, labels, node.Status.NodeInfo.BootID)
+		}
 	}
 }

@@ -69,11 +69,16 @@ type parts struct {
 // authorization, k8s.io/apiserver, take its typed clients) and its REST configuration;
 // both nil when the node is standalone.
 func apiClients(ctx context.Context, nc *nodeconfig.Config, log *slog.Logger) (kubernetes.Interface, *rest.Config, error) {
-	_, restConfig, err := kube.ForNode(ctx, nc.Paths, nc.KubeletConfiguration, "unitlet-status", "running standalone: no API writes; the node API serves /healthz and /pods", log)
+	_, restConfig, err := kube.ForNode(ctx, nc.Paths, nc.KubeletConfiguration, "unitlet-status", "running standalone: no API writes, and the node API without webhook authentication or authorization", log)
 	if err != nil {
 		return nil, nil, daemon.ConfigError(err)
 	}
 	if restConfig == nil {
+		// As the kubelet, which does not start: nothing can review a token or an access.
+		kc := nc.KubeletConfiguration
+		if err := nodeapi.CheckStandalone(kc.Authentication, kc.Authorization); err != nil {
+			return nil, nil, daemon.ConfigError(fmt.Errorf("the node's KubeletConfiguration: %w", err))
+		}
 		return nil, nil, nil
 	}
 	client, err := kubernetes.NewForConfig(restConfig)
@@ -230,7 +235,7 @@ func (p parts) summary() (*stats.Cache, error) {
 func (p parts) nodeAPI(summary *stats.Cache) (*nodeapi.Server, error) {
 	kc, nodeName := p.nc.KubeletConfiguration, p.nc.Node.GetName()
 	machine := func() (*machineinfo.MachineInfo, error) {
-		return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc", RootDir: p.nc.Paths.GetRootDir(), Now: p.clk.Now}.Read()
+		return machineinfo.Reader{Proc: "/proc", Sys: "/sys", Etc: "/etc"}.Read()
 	}
 	api, err := nodeapi.New(nodeapi.Options{
 		Address:              net.JoinHostPort(kc.Address, strconv.Itoa(int(kc.Port))),
@@ -260,7 +265,6 @@ func (p parts) nodeAPI(summary *stats.Cache) (*nodeapi.Server, error) {
 			Clock: p.clk, Log: p.log.With("component", "cadvisor-metrics"),
 		}),
 		Configz:                  func() ([]byte, error) { return nodeconfig.Configz(p.nc.Raw) },
-		Spec:                     func() (any, error) { return machine() },
 		HealthChecks:             newNodeHealth(p.socketDir, p.loops.Check).Checks(),
 		DisableDebuggingHandlers: !ptr.Deref(kc.EnableDebuggingHandlers, true),
 		SystemLogHandler:         ptr.Deref(kc.EnableSystemLogHandler, true),

@@ -1,6 +1,8 @@
 package status
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -9,6 +11,8 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 )
 
@@ -38,5 +42,35 @@ func TestHealthzPortInUseFailsTheStart(t *testing.T) {
 	_, err = parts{nc: &nodeconfig.Config{KubeletConfiguration: kc}}.healthz(nil)
 	if err == nil || !strings.Contains(err.Error(), "healthzPort") || !strings.Contains(err.Error(), "127.0.0.1:"+strconv.Itoa(port)) {
 		t.Errorf("err = %v, want one naming healthzPort and the address", err)
+	}
+}
+
+// A standalone node (no kubeconfig) with webhook authentication or authorization does not
+// start, as the kubelet does not: a configuration error (exit 2, systemd does not retry)
+// naming the fields. With them off and AlwaysAllow it runs without a client.
+func TestStandaloneRefusesWebhookModes(t *testing.T) {
+	standalone := func(kc *kubeletconfigv1beta1.KubeletConfiguration) *nodeconfig.Config {
+		return &nodeconfig.Config{KubeletConfiguration: kc, Paths: &configv1.Paths{}}
+	}
+	log := slog.New(slog.DiscardHandler)
+	defaults := &kubeletconfigv1beta1.KubeletConfiguration{
+		Authentication: kubeletconfigv1beta1.KubeletAuthentication{Webhook: kubeletconfigv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)}},
+		Authorization:  kubeletconfigv1beta1.KubeletAuthorization{Mode: kubeletconfigv1beta1.KubeletAuthorizationModeWebhook},
+	}
+	client, rc, err := apiClients(context.Background(), standalone(defaults), log)
+	if err == nil || !daemon.IsConfigError(err) || client != nil || rc != nil {
+		t.Fatalf("standalone with webhook authentication and authorization: %v (config error %v), want a configuration error", err, daemon.IsConfigError(err))
+	}
+	for _, want := range []string{"authentication.webhook.enabled", "authorization.mode: Webhook", "AlwaysAllow"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: does not name %s", err, want)
+		}
+	}
+	allow := &kubeletconfigv1beta1.KubeletConfiguration{
+		Authentication: kubeletconfigv1beta1.KubeletAuthentication{Webhook: kubeletconfigv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)}},
+		Authorization:  kubeletconfigv1beta1.KubeletAuthorization{Mode: kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow},
+	}
+	if client, rc, err := apiClients(context.Background(), standalone(allow), log); err != nil || client != nil || rc != nil {
+		t.Errorf("standalone with webhook authentication off and AlwaysAllow: %v, %v, %v; want no client and no error", client, rc, err)
 	}
 }

@@ -5,11 +5,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
-	"time"
 )
 
 // readTree reads the machine of a fake tree of files (paths under proc/, sys/, etc/).
-func readTree(t *testing.T, now time.Time, files map[string]string) *MachineInfo {
+func readTree(t *testing.T, files map[string]string) (*MachineInfo, error) {
 	t.Helper()
 	root := t.TempDir()
 	for name, body := range files {
@@ -21,70 +20,37 @@ func readTree(t *testing.T, now time.Time, files map[string]string) *MachineInfo
 			t.Fatal(err)
 		}
 	}
-	r := Reader{Proc: filepath.Join(root, "proc"), Sys: filepath.Join(root, "sys"), Etc: filepath.Join(root, "etc"), RootDir: root, Now: func() time.Time { return now }}
-	m, err := r.Read()
+	return Reader{Proc: filepath.Join(root, "proc"), Sys: filepath.Join(root, "sys"), Etc: filepath.Join(root, "etc")}.Read()
+}
+
+func TestRead(t *testing.T) {
+	m, err := readTree(t, map[string]string{
+		"proc/meminfo":                   "MemTotal:       8000 kB\nSwapTotal:      1000 kB\n",
+		"proc/sys/kernel/random/boot_id": "b00t\n",
+		"etc/machine-id":                 "m4ch1ne\n",
+		"sys/class/dmi/id/product_uuid":  "UUID-1\n",
+		"sys/devices/system/cpu/online":  "0-3,6\n",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
-}
-
-// Two NUMA nodes, each with one core of two threads, on one socket.
-func TestRead(t *testing.T) {
-	now := time.Unix(1700000000, 0)
-	m := readTree(t, now, map[string]string{
-		"proc/meminfo":                                             "MemTotal:       8000 kB\nSwapTotal:      1000 kB\n",
-		"proc/cpuinfo":                                             "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu MHz\t\t: 2400.500\n",
-		"proc/sys/kernel/random/boot_id":                           "b00t\n",
-		"proc/self/mountinfo":                                      "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n30 22 0:5 / /var/lib rw - xfs /dev/sdb1 rw\n",
-		"etc/machine-id":                                           "m4ch1ne\n",
-		"sys/class/dmi/id/product_uuid":                            "UUID-1\n",
-		"sys/devices/system/cpu/online":                            "0-3\n",
-		"sys/devices/system/node/node0/cpulist":                    "0,2\n",
-		"sys/devices/system/node/node1/cpulist":                    "1,3\n",
-		"sys/devices/system/node/node0/meminfo":                    "Node 0 MemTotal:       4000 kB\n",
-		"sys/devices/system/node/node1/meminfo":                    "Node 1 MemTotal:       4000 kB\n",
-		"sys/devices/system/cpu/cpu0/topology/core_id":             "0\n",
-		"sys/devices/system/cpu/cpu2/topology/core_id":             "0\n",
-		"sys/devices/system/cpu/cpu1/topology/core_id":             "1\n",
-		"sys/devices/system/cpu/cpu3/topology/core_id":             "1\n",
-		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "0\n",
-		"sys/devices/system/cpu/cpu1/topology/physical_package_id": "0\n",
-		"sys/devices/system/cpu/cpu2/topology/physical_package_id": "0\n",
-		"sys/devices/system/cpu/cpu3/topology/physical_package_id": "0\n",
-		"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages":    "4\n",
-	})
-	if m.NumCores != 4 || m.NumPhysicalCores != 2 || m.NumSockets != 1 || m.CPUVendorID != "GenuineIntel" || m.CPUFrequencyKHz != 2400500 {
-		t.Errorf("cpus: %d cores, %d physical, %d sockets, vendor %q, %d kHz; want 4, 2, 1, GenuineIntel, 2400500", m.NumCores, m.NumPhysicalCores, m.NumSockets, m.CPUVendorID, m.CPUFrequencyKHz)
-	}
-	if m.MemoryCapacity != 8000*1024 || m.SwapCapacity != 1000*1024 {
-		t.Errorf("memory %d swap %d", m.MemoryCapacity, m.SwapCapacity)
-	}
-	if m.MachineID != "m4ch1ne" || m.SystemUUID != "UUID-1" || m.BootID != "b00t" || !m.Timestamp.Equal(now) {
-		t.Errorf("ids: %q %q %q %v", m.MachineID, m.SystemUUID, m.BootID, m.Timestamp)
-	}
-	want := []Node{
-		{ID: 0, Memory: 4000 * 1024, HugePages: []HugePagesInfo{}, Cores: []Core{{ID: 0, Threads: []int{0, 2}}}},
-		{ID: 1, Memory: 4000 * 1024, HugePages: []HugePagesInfo{}, Cores: []Core{{ID: 1, Threads: []int{1, 3}}}},
-	}
-	if !reflect.DeepEqual(m.Topology, want) {
-		t.Errorf("topology %+v, want %+v", m.Topology, want)
-	}
-	if !reflect.DeepEqual(m.HugePages, []HugePagesInfo{{PageSize: 2048, NumPages: 4}}) {
-		t.Errorf("huge pages %+v", m.HugePages)
-	}
-	if len(m.Filesystems) != 1 || m.Filesystems[0].Capacity == 0 {
-		t.Errorf("filesystems %+v, want the root dir's", m.Filesystems)
+	want := MachineInfo{NumCores: 5, MemoryCapacity: 8000 * 1024, MachineID: "m4ch1ne", SystemUUID: "UUID-1", BootID: "b00t"}
+	if *m != want {
+		t.Errorf("Read: %+v, want %+v", *m, want)
 	}
 }
 
-// Without NUMA in sysfs, one node holds every online cpu and the machine's memory.
-func TestReadWithoutNUMA(t *testing.T) {
-	m := readTree(t, time.Now(), map[string]string{
-		"proc/meminfo": "MemTotal: 2048 kB\n", "proc/cpuinfo": "processor\t: 0\n", "sys/devices/system/cpu/online": "0-1\n",
-	})
-	if len(m.Topology) != 1 || m.Topology[0].Memory != 2048*1024 || len(m.Topology[0].Cores) != 2 || m.NumCores != 2 {
-		t.Errorf("topology %+v, %d cores; want node 0 with both cpus and all memory", m.Topology, m.NumCores)
+// A container has no DMI UUID: it is left empty. Unreadable memory or cpus are errors.
+func TestReadMissing(t *testing.T) {
+	m, err := readTree(t, map[string]string{"proc/meminfo": "MemTotal: 2048 kB\n", "sys/devices/system/cpu/online": "0-1\n"})
+	if err != nil || m.NumCores != 2 || m.MemoryCapacity != 2048*1024 || m.SystemUUID != "" {
+		t.Errorf("Read: %+v, %v; want 2 cores, 2 MiB and no UUID", m, err)
+	}
+	if _, err := readTree(t, map[string]string{"sys/devices/system/cpu/online": "0-1\n"}); err == nil {
+		t.Error("Read without /proc/meminfo: no error")
+	}
+	if _, err := readTree(t, map[string]string{"proc/meminfo": "MemTotal: 2048 kB\n", "sys/devices/system/cpu/online": "1-0\n"}); err == nil {
+		t.Error("Read with a bad online cpu list: no error")
 	}
 }
 

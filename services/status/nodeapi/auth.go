@@ -35,12 +35,18 @@ type auth struct {
 // client, x509 (clientCAFile), webhook TokenReview and anonymous authenticate as configured,
 // and AlwaysAllow or webhook SubjectAccessReview authorize.
 //
-// Without a client (standalone) nothing can be asked of the API, and unitlet is stricter
-// than the kubelet: anonymous callers are refused (401) unless authentication.anonymous
-// is enabled explicitly, and then may GET /healthz and /pods only (everything with
-// authorization mode AlwaysAllow, as on the kubelet); an x509 caller is allowed only when
-// its user name is one of standaloneUsers, never for being signed by the CA alone.
+// Without a client (standalone) nothing can be asked of the API server: as the kubelet,
+// webhook authentication or authorization is refused (CheckStandalone), so the mode is
+// AlwaysAllow, which lets in every caller that authenticates: anonymous callers when
+// authentication.anonymous is enabled. Stricter than the kubelet, an x509 caller is
+// allowed only when its user name is one of standaloneUsers, never for being signed by
+// the CA alone.
 func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1beta1.KubeletAuthentication, authz kubeletconfigv1beta1.KubeletAuthorization, standaloneUsers []string) (*auth, error) {
+	if client == nil {
+		if err := CheckStandalone(authn, authz); err != nil {
+			return nil, err
+		}
+	}
 	a := &auth{nodeName: nodeName}
 	anonymous := authn.Anonymous.Enabled != nil && *authn.Anonymous.Enabled
 	webhookAuthn := authn.Webhook.Enabled == nil || *authn.Webhook.Enabled
@@ -79,7 +85,8 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 
 	switch {
 	case client == nil:
-		a.authz = standaloneAuthorizer{openToAnonymous: anonymous && mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow, users: standaloneUsers}
+		// CheckStandalone left AlwaysAllow only.
+		a.authz = standaloneAuthorizer{users: standaloneUsers}
 	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow:
 		a.authz = authorizerfactory.NewAlwaysAllowAuthorizer()
 	case mode == kubeletconfigv1beta1.KubeletAuthorizationModeWebhook:
@@ -97,6 +104,22 @@ func newAuth(client kubernetes.Interface, nodeName string, authn kubeletconfigv1
 		return nil, fmt.Errorf("unknown authorization mode %q", mode)
 	}
 	return a, nil
+}
+
+// CheckStandalone refuses what a node without an API server cannot do, as the kubelet
+// refuses to start with it: webhook authentication (TokenReview) and webhook authorization
+// (SubjectAccessReview), the defaults of a KubeletConfiguration; both are named when both
+// are set. A standalone node must set authentication.webhook.enabled: false and
+// authorization.mode: AlwaysAllow.
+func CheckStandalone(authn kubeletconfigv1beta1.KubeletAuthentication, authz kubeletconfigv1beta1.KubeletAuthorization) error {
+	var errs []error
+	if authn.Webhook.Enabled == nil || *authn.Webhook.Enabled {
+		errs = append(errs, errors.New("authentication.webhook.enabled: true (the default) needs an API server to review tokens; a standalone node (no kubeconfig) must set it to false"))
+	}
+	if authz.Mode == "" || authz.Mode == kubeletconfigv1beta1.KubeletAuthorizationModeWebhook {
+		errs = append(errs, fmt.Errorf("authorization.mode: %s needs an API server to review access; a standalone node (no kubeconfig) must set it to %s", kubeletconfigv1beta1.KubeletAuthorizationModeWebhook, kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow))
+	}
+	return errors.Join(errs...)
 }
 
 // webhookRetryBackoff is how TokenReviews and SubjectAccessReviews are retried: the
@@ -117,13 +140,16 @@ func (a *auth) run(ctx context.Context) {
 }
 
 // subresources names the node subresources a request to path is authorized against, most
-// specific first; allowing any one of them allows the request. As the kubelet with its
-// fine-grained authorization (GA in 1.36), /pods, /healthz and /configz are first checked
-// as nodes/pods, nodes/healthz and nodes/configz and then fall back to nodes/proxy, so a
-// caller granted nodes/proxy keeps the access it always had.
+// specific first; allowing any one of them allows the request. As the v1.36 kubelet, whose
+// fine-grained authorization is GA: /pods, /runningpods, /healthz and /configz are first
+// checked as nodes/pods, nodes/healthz and nodes/configz and then fall back to nodes/proxy,
+// so a caller granted nodes/proxy keeps the access it always had; /stats, /metrics, /logs,
+// /checkpoint, /statusz and /flagz are nodes/stats, metrics, log, checkpoint, statusz and
+// configz alone; anything else (/spec, which the v1.36 kubelet no longer serves, among
+// them) is nodes/proxy.
 func subresources(path string) []string {
 	switch {
-	case underPath(path, "/pods"):
+	case underPath(path, "/pods"), underPath(path, "/runningpods"):
 		return []string{"pods", "proxy"}
 	case underPath(path, "/healthz"):
 		return []string{"healthz", "proxy"}
@@ -135,10 +161,12 @@ func subresources(path string) []string {
 		return []string{"metrics"}
 	case underPath(path, "/logs"):
 		return []string{"log"}
-	case underPath(path, "/spec"):
-		return []string{"spec"}
 	case underPath(path, "/checkpoint"):
 		return []string{"checkpoint"}
+	case underPath(path, "/statusz"):
+		return []string{"statusz"}
+	case underPath(path, "/flagz"):
+		return []string{"configz"}
 	}
 	return []string{"proxy"}
 }
@@ -239,11 +267,11 @@ func (a *auth) filter(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// standaloneAuthorizer decides without the API (see newAuth): anonymous callers may only
-// read /healthz and /pods; authenticated (x509) callers may do anything.
+// standaloneAuthorizer is a standalone node's authorization mode AlwaysAllow (see newAuth):
+// anonymous callers (let in only with authentication.anonymous.enabled) may do anything,
+// as on the kubelet; an authenticated (x509) caller only when users names it.
 type standaloneAuthorizer struct {
-	openToAnonymous bool
-	users           []string // x509 user names allowed everything
+	users []string // x509 user names allowed everything
 }
 
 func (z standaloneAuthorizer) Authorize(_ context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -251,17 +279,8 @@ func (z standaloneAuthorizer) Authorize(_ context.Context, attr authorizer.Attri
 	if u == nil {
 		return authorizer.DecisionDeny, "no user", errors.New("request has no user")
 	}
-	if !slices.Contains(u.GetGroups(), user.AllUnauthenticated) {
-		if slices.Contains(z.users, u.GetName()) {
-			return authorizer.DecisionAllow, "", nil
-		}
-		return authorizer.DecisionDeny, "standalone: " + u.GetName() + " is not among the node API's users (UNITLET_NODE_API_USERS)", nil
-	}
-	if z.openToAnonymous {
+	if slices.Contains(u.GetGroups(), user.AllUnauthenticated) || slices.Contains(z.users, u.GetName()) {
 		return authorizer.DecisionAllow, "", nil
 	}
-	if attr.GetVerb() == "get" && (attr.GetPath() == "/healthz" || attr.GetPath() == "/pods") {
-		return authorizer.DecisionAllow, "", nil
-	}
-	return authorizer.DecisionDeny, "anonymous access in standalone mode is limited to /healthz and /pods", nil
+	return authorizer.DecisionDeny, "standalone: " + u.GetName() + " is not among the node API's users (UNITLET_NODE_API_USERS)", nil
 }

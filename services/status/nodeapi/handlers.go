@@ -18,7 +18,10 @@ import (
 	"k8s.io/apiserver/pkg/util/flushwriter"
 )
 
-// routes is every endpoint; anything else is 404.
+// routes is every endpoint; anything else is 404. As the v1.36 kubelet: /healthz, /pods,
+// /stats/ and the /metrics endpoints always; /configz, the debugging handlers (container
+// logs, exec, attach, port forwarding, run) and /logs/ only with enableDebuggingHandlers.
+// Without them those paths, /runningpods/ and /debug/pprof/ answer 405 and /configz 404.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 
@@ -27,7 +30,6 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /pods", s.getPods)
 
 	if s.opts.DisableDebuggingHandlers {
-		// As the kubelet with enableDebuggingHandlers: false.
 		disabled := func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "Debug endpoints are disabled.", http.StatusMethodNotAllowed)
 		}
@@ -37,6 +39,17 @@ func (s *Server) routes() http.Handler {
 	} else {
 		s.debuggingRoutes(mux)
 		s.systemLogRoutes(mux)
+		// The kubelet's profiling and log-verbosity handlers with enableProfilingHandler
+		// and enableDebugFlagsHandler false; unitlet serves neither, whatever they say.
+		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "profiling endpoint is disabled.", http.StatusMethodNotAllowed)
+		})
+		mux.HandleFunc("/debug/flags/v", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "flags endpoint is disabled.", http.StatusMethodNotAllowed)
+		})
+		if s.opts.Configz != nil {
+			mux.HandleFunc("GET /configz", s.getConfigz)
+		}
 	}
 
 	if s.opts.Stats != nil {
@@ -53,13 +66,6 @@ func (s *Server) routes() http.Handler {
 	}
 	if s.opts.ProbeMetrics != nil {
 		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
-	}
-	if s.opts.Configz != nil {
-		mux.HandleFunc("GET /configz", s.getConfigz)
-	}
-	if s.opts.Spec != nil {
-		mux.HandleFunc("GET /spec", s.getSpec)
-		mux.HandleFunc("GET /spec/", s.getSpec)
 	}
 	return mux
 }
@@ -159,15 +165,6 @@ func (s *Server) getConfigz(w http.ResponseWriter, _ *http.Request) {
 	if _, err := w.Write(body); err != nil {
 		s.log.Debug("write response", "err", err)
 	}
-}
-
-func (s *Server) getSpec(w http.ResponseWriter, _ *http.Request) {
-	spec, err := s.opts.Spec()
-	if err != nil {
-		writeError(w, fmt.Errorf("read the machine's description: %w", err))
-		return
-	}
-	s.writeJSON(w, spec)
 }
 
 func (s *Server) getContainerLogs(w http.ResponseWriter, r *http.Request) {

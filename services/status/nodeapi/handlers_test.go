@@ -140,7 +140,6 @@ func TestEndpoints(t *testing.T) {
 			_, _ = io.WriteString(w, "prober_probe_total 3\n")
 		}),
 		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
-		Spec:    func() (any, error) { return map[string]int{"num_cores": 4}, nil },
 		HealthChecks: []healthz.HealthChecker{healthz.NamedCheck("unitlet-podsync", func(*http.Request) error {
 			if unhealthy.Load() {
 				return errors.New("podsync unreachable")
@@ -166,8 +165,6 @@ func TestEndpoints(t *testing.T) {
 		{"/metrics/resource", "resource_scrape_error 0\n"},
 		{"/metrics/probes", "prober_probe_total 3\n"},
 		{"/configz", `{"kubeletconfig":{"maxPods":110}}`},
-		{"/spec", `{"num_cores":4}`},
-		{"/spec/", `{"num_cores":4}`},
 		{"/healthz", "ok"},
 	} {
 		code, body := do(t, c, http.MethodGet, base+tc.path, "")
@@ -175,9 +172,21 @@ func TestEndpoints(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 200 containing %q", tc.path, code, body, tc.want)
 		}
 	}
-	for _, path := range []string{"/nothing", "/pods/extra", "/stats/other", "/containerLogs/ns1/web/app"} {
+	// The v1.36 kubelet serves no /spec (nor /debug/flags/v with debugging handlers off).
+	for _, path := range []string{"/nothing", "/pods/extra", "/stats/other", "/containerLogs/ns1/web/app", "/spec", "/spec/", "/runningpods/"} {
 		if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusNotFound {
 			t.Errorf("GET %s: status %d, want 404", path, code)
+		}
+	}
+	// With the debugging handlers, profiling and log verbosity answer as the kubelet's
+	// with enableProfilingHandler and enableDebugFlagsHandler false: unitlet serves neither.
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodGet, "/debug/pprof/", "profiling endpoint is disabled.\n"},
+		{http.MethodGet, "/debug/pprof/heap", "profiling endpoint is disabled.\n"},
+		{http.MethodPut, "/debug/flags/v", "flags endpoint is disabled.\n"},
+	} {
+		if code, body := do(t, c, tc.method, base+tc.path, ""); code != http.StatusMethodNotAllowed || body != tc.want {
+			t.Errorf("%s %s: %d %q, want 405 %q", tc.method, tc.path, code, body, tc.want)
 		}
 	}
 	unhealthy.Store(true)
@@ -186,14 +195,18 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
-// enableDebuggingHandlers: false answers the debugging endpoints as the kubelet does; the
+// enableDebuggingHandlers: false answers as the v1.36 kubelet's NewServer without
+// InstallAuthRequiredHandlers: the debugging endpoints, /runningpods/, /debug/pprof/ and
+// /logs/ 405, /configz (installed only with the debugging handlers) and /spec 404; the
 // rest is served.
 func TestDebuggingHandlersCanBeDisabled(t *testing.T) {
 	authn, authz := openAuth()
 	pods := &fakePods{pods: []*corev1.Pod{testPod("ns1", "web", "uid-1")}}
 	s := startServer(t, Options{
 		Client: (&reviews{}).clientset(t), Authentication: authn, Authorization: authz,
-		Pods: pods, Logs: &fakeLogs{}, DisableDebuggingHandlers: true,
+		Pods: pods, Logs: &fakeLogs{}, Stats: fakeStats{}, DisableDebuggingHandlers: true,
+		SystemLogHandler: true, SystemLogQuery: true, LogDir: t.TempDir(),
+		Configz: func() ([]byte, error) { return []byte(`{"kubeletconfig":{"maxPods":110}}`), nil },
 	})
 	c, base := client(t), "https://"+s.Address()
 	for _, tc := range []struct{ method, path string }{
@@ -202,14 +215,27 @@ func TestDebuggingHandlersCanBeDisabled(t *testing.T) {
 		{http.MethodPost, "/attach/ns1/web/app"},
 		{http.MethodPost, "/portForward/ns1/web"},
 		{http.MethodPost, "/run/ns1/web/app?cmd=ls"},
+		{http.MethodGet, "/runningpods/"},
+		{http.MethodGet, "/debug/pprof/"},
+		{http.MethodGet, "/debug/pprof/profile?seconds=1"},
+		{http.MethodGet, "/logs/"},
+		{http.MethodGet, "/logs/syslog"},
+		{http.MethodGet, "/logs/?query=unitlet-status"},
 	} {
 		code, body := do(t, c, tc.method, base+tc.path, "")
-		if code != http.StatusMethodNotAllowed || !strings.Contains(body, "Debug endpoints are disabled.") {
+		if code != http.StatusMethodNotAllowed || body != "Debug endpoints are disabled.\n" {
 			t.Errorf("%s %s: %d %q, want 405 \"Debug endpoints are disabled.\"", tc.method, tc.path, code, body)
 		}
 	}
-	if code, _ := do(t, c, http.MethodGet, base+"/pods", ""); code != http.StatusOK {
-		t.Errorf("GET /pods: %d, want 200", code)
+	for _, path := range []string{"/configz", "/spec", "/debug/flags/v"} {
+		if code, body := do(t, c, http.MethodGet, base+path, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d %q, want 404", path, code, body)
+		}
+	}
+	for _, path := range []string{"/pods", "/healthz", "/stats/summary"} {
+		if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, code)
+		}
 	}
 }
 

@@ -1,8 +1,9 @@
-// Package nodeapi serves the node's HTTPS API on :10250 as the kubelet serves it: /healthz,
-// /pods, /containerLogs, /exec, /attach, /portForward, /run, /stats/summary, /metrics,
-// /metrics/resource, /metrics/probes, /configz, /spec and /logs/ (the files under /var/log
-// and the node log query), behind the kubelet's x509 / TokenReview authentication and
-// SubjectAccessReview authorization on nodes/<subresource>.
+// Package nodeapi serves the node's HTTPS API on :10250 as the v1.36 kubelet serves it:
+// /healthz, /pods, /stats/summary, /metrics, /metrics/resource, /metrics/cadvisor and
+// /metrics/probes; with the debugging handlers, /containerLogs, /exec, /attach,
+// /portForward, /run, /configz and /logs/ (the files under /var/log and the node log
+// query); behind the kubelet's x509 / TokenReview authentication and SubjectAccessReview
+// authorization on nodes/<subresource>.
 package nodeapi
 
 import (
@@ -90,9 +91,10 @@ type Options struct {
 	// Webhook (the default) with its cache TTLs.
 	Authentication kubeletconfigv1beta1.KubeletAuthentication
 	Authorization  kubeletconfigv1beta1.KubeletAuthorization
-	// Client makes TokenReviews and SubjectAccessReviews. Nil means standalone: x509
-	// callers (when a client CA is configured) may use every endpoint, anyone else only
-	// GET /healthz and /pods.
+	// Client makes TokenReviews and SubjectAccessReviews. Nil means standalone: New then
+	// refuses webhook authentication and authorization, as the kubelet (CheckStandalone);
+	// with AlwaysAllow, anonymous callers (when enabled) may use every endpoint, x509
+	// callers only as StandaloneUsers.
 	Client kubernetes.Interface
 	// StandaloneUsers are the x509 user names (certificate common names) allowed the
 	// whole node API when standalone; no other caller with a certificate of the CA is.
@@ -106,10 +108,9 @@ type Options struct {
 	Metrics http.Handler
 	// ProbeMetrics serves /metrics/probes; nil: 404.
 	ProbeMetrics http.Handler
-	// Configz returns the /configz body ({"kubeletconfig": ...}); nil: 404.
+	// Configz returns the /configz body ({"kubeletconfig": ...}); nil, or without the
+	// debugging handlers: 404.
 	Configz func() ([]byte, error)
-	// Spec returns /spec's body, the machine's description (cAdvisor's MachineInfo); nil: 404.
-	Spec func() (any, error)
 	// ResourceMetrics serves /metrics/resource; nil: 404.
 	ResourceMetrics http.Handler
 	// CAdvisorMetrics serves /metrics/cadvisor; nil: 404.
@@ -117,8 +118,9 @@ type Options struct {
 	// HealthChecks are /healthz's checks besides ping, on the node API and on ServeHealthz's
 	// listener; a failing one is named in the answer.
 	HealthChecks []healthz.HealthChecker
-	// DisableDebuggingHandlers answers container logs, exec, attach, port forwarding and
-	// run with 405 (kubelet config enableDebuggingHandlers: false).
+	// DisableDebuggingHandlers answers container logs, exec, attach, port forwarding, run,
+	// /runningpods/, /debug/pprof/ and /logs/ with 405 and serves no /configz (kubelet
+	// config enableDebuggingHandlers: false).
 	DisableDebuggingHandlers bool
 	// SystemLogHandler serves /logs/, the files under LogDir (config
 	// enableSystemLogHandler); without it /logs/ answers 405. SystemLogQuery adds the node
@@ -205,8 +207,8 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	if o.Client == nil {
-		log.Info("standalone: no API client; anonymous callers are refused unless authentication.anonymous.enabled (then GET /healthz and /pods only), x509 callers are allowed only as the users UNITLET_NODE_API_USERS names",
-			"clientCAFile", o.Authentication.X509.ClientCAFile, "users", o.StandaloneUsers)
+		log.Info("standalone: no API client; authorization mode AlwaysAllow: anonymous callers are allowed only with authentication.anonymous.enabled, x509 callers only as the users UNITLET_NODE_API_USERS names",
+			"anonymous", o.Authentication.Anonymous.Enabled != nil && *o.Authentication.Anonymous.Enabled, "clientCAFile", o.Authentication.X509.ClientCAFile, "users", o.StandaloneUsers)
 	}
 	if o.MaxStreamingSessions <= 0 {
 		o.MaxStreamingSessions = maxStreamingSessions

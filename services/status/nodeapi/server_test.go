@@ -80,7 +80,8 @@ func testPod(namespace, name, uid string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(uid)}}
 }
 
-// startServer builds a server from o (filling the test defaults), runs it on 127.0.0.1:0
+// startServer builds a server from o (filling the test defaults: a standalone one without
+// a client or authentication and authorization settings), runs it on 127.0.0.1:0
 // and stops it when the test ends. It returns the server and the directory of its
 // self-signed certificate.
 func startServer(t *testing.T, o Options) *Server {
@@ -100,6 +101,10 @@ func startServer(t *testing.T, o Options) *Server {
 	}
 	if o.Pods == nil {
 		o.Pods = &fakePods{}
+	}
+	if o.Client == nil && o.Authentication.Webhook.Enabled == nil && o.Authorization.Mode == "" {
+		// Standalone, with what a standalone node must configure.
+		o.Authentication, o.Authorization = standaloneAuth()
 	}
 	s, err := New(o)
 	if err != nil {
@@ -351,7 +356,13 @@ func TestWebhookAuthorizationAsksForTheKubeletsSubresources(t *testing.T) {
 		{http.MethodGet, "/stats/summary", http.StatusOK, []string{"stats"}, "get"},
 		{http.MethodGet, "/metrics", http.StatusOK, []string{"metrics"}, "get"},
 		{http.MethodGet, "/logs/syslog", http.StatusMethodNotAllowed, []string{"log"}, "get"}, // SystemLogHandler unset
-		{http.MethodGet, "/spec/", http.StatusForbidden, []string{"spec"}, "get"},
+		// The v1.36 kubelet's mapping: no nodes/spec (it serves no /spec), /runningpods
+		// as /pods, /statusz and /flagz without the nodes/proxy fallback.
+		{http.MethodGet, "/spec/", http.StatusNotFound, []string{"proxy"}, "get"},
+		{http.MethodGet, "/runningpods/", http.StatusNotFound, []string{"pods", "proxy"}, "get"},
+		{http.MethodGet, "/configz", http.StatusNotFound, []string{"configz", "proxy"}, "get"},
+		{http.MethodGet, "/statusz", http.StatusForbidden, []string{"statusz"}, "get"},
+		{http.MethodGet, "/flagz", http.StatusForbidden, []string{"configz"}, "get"},
 		{http.MethodPost, "/checkpoint/default/web/app", http.StatusForbidden, []string{"checkpoint"}, "create"},
 		{http.MethodPost, "/exec/default/nope/app?command=ls&output=1", http.StatusNotFound, []string{"proxy"}, "create"},
 		// A WebSocket exec, attach or port-forward is a GET; it runs code all the same.
@@ -441,11 +452,65 @@ func TestAnonymousWhenEnabled(t *testing.T) {
 	}
 }
 
+// standaloneAuth is what a standalone node must configure, as a standalone kubelet: no
+// webhook authentication, authorization mode AlwaysAllow.
+func standaloneAuth() (kubeletconfigv1beta1.KubeletAuthentication, kubeletconfigv1beta1.KubeletAuthorization) {
+	return kubeletconfigv1beta1.KubeletAuthentication{
+			Webhook: kubeletconfigv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+		}, kubeletconfigv1beta1.KubeletAuthorization{
+			Mode: kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow,
+		}
+}
+
+// Without an API client the kubelet does not start with webhook authentication or
+// authorization (cmd/kubelet/app BuildAuthn, BuildAuthz): neither does the node API, and
+// the error names each field. Anonymous access changes nothing.
+func TestStandaloneRefusesWebhookModes(t *testing.T) {
+	const authnField, authzField = "authentication.webhook.enabled", "authorization.mode: Webhook"
+	webhookAuthn, webhookAuthz := webhookAuth()
+	openAuthn, alwaysAllow := standaloneAuth()
+	anonymousWebhook := webhookAuthn
+	anonymousWebhook.Anonymous.Enabled = ptr.To(true)
+	for _, tc := range []struct {
+		name  string
+		authn kubeletconfigv1beta1.KubeletAuthentication
+		authz kubeletconfigv1beta1.KubeletAuthorization
+		want  []string
+	}{
+		{"the defaults", kubeletconfigv1beta1.KubeletAuthentication{}, kubeletconfigv1beta1.KubeletAuthorization{}, []string{authnField, authzField}},
+		{"webhook both", webhookAuthn, webhookAuthz, []string{authnField, authzField}},
+		{"anonymous with webhook both", anonymousWebhook, webhookAuthz, []string{authnField, authzField}},
+		{"webhook authentication", webhookAuthn, alwaysAllow, []string{authnField}},
+		{"webhook authorization", openAuthn, webhookAuthz, []string{authzField}},
+	} {
+		_, err := New(Options{Address: "127.0.0.1:0", CertDir: t.TempDir(), Hostname: testNode, NodeName: testNode, Pods: &fakePods{}, Authentication: tc.authn, Authorization: tc.authz})
+		if err == nil {
+			t.Errorf("%s: a standalone node API was built", tc.name)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want it to name %s", tc.name, err, want)
+			}
+		}
+		if err := CheckStandalone(tc.authn, tc.authz); err == nil {
+			t.Errorf("%s: CheckStandalone: no error", tc.name)
+		}
+	}
+	if err := CheckStandalone(openAuthn, alwaysAllow); err != nil {
+		t.Errorf("CheckStandalone(webhook off, AlwaysAllow): %v", err)
+	}
+}
+
+// A standalone node authorizes as the kubelet's AlwaysAllow: anonymous callers, when
+// enabled, may use every endpoint; stricter than the kubelet, x509 callers only as the
+// named users.
 func TestStandalone(t *testing.T) {
 	stats := fakeStats{}
 	pods := &fakePods{pods: []*corev1.Pod{testPod("kube-system", "static-web", "uid-s")}}
 	t.Run("anonymous refused unless enabled", func(t *testing.T) {
-		s := startServer(t, Options{Pods: pods, Stats: stats})
+		authn, authz := standaloneAuth()
+		s := startServer(t, Options{Authentication: authn, Authorization: authz, Pods: pods, Stats: stats})
 		c, base := client(t), "https://"+s.Address()
 		for _, path := range []string{"/healthz", "/pods", "/stats/summary"} {
 			if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusUnauthorized {
@@ -454,9 +519,9 @@ func TestStandalone(t *testing.T) {
 		}
 	})
 	t.Run("anonymous enabled", func(t *testing.T) {
-		var authn kubeletconfigv1beta1.KubeletAuthentication
+		authn, authz := standaloneAuth()
 		authn.Anonymous.Enabled = ptr.To(true)
-		s := startServer(t, Options{Authentication: authn, Pods: pods, Stats: stats})
+		s := startServer(t, Options{Authentication: authn, Authorization: authz, Pods: pods, Stats: stats})
 		c, base := client(t), "https://"+s.Address()
 		if code, body := do(t, c, http.MethodGet, base+"/healthz", ""); code != http.StatusOK || body != "ok" {
 			t.Errorf("GET /healthz: %d %q, want 200 ok", code, body)
@@ -465,17 +530,17 @@ func TestStandalone(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, `"name":"static-web"`) {
 			t.Errorf("GET /pods: %d %q, want 200 with the static pod", code, body)
 		}
-		for _, path := range []string{"/stats/summary", "/containerLogs/kube-system/static-web/app", "/healthz/ping"} {
-			if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusForbidden {
-				t.Errorf("anonymous GET %s in standalone mode: status %d, want 403", path, code)
+		for _, path := range []string{"/stats/summary", "/healthz/ping"} {
+			if code, _ := do(t, c, http.MethodGet, base+path, ""); code != http.StatusOK {
+				t.Errorf("anonymous GET %s with AlwaysAllow: status %d, want 200", path, code)
 			}
 		}
 	})
 	t.Run("x509 only for the named users", func(t *testing.T) {
 		ca := newTestCA(t, "client-ca")
-		var authn kubeletconfigv1beta1.KubeletAuthentication
+		authn, authz := standaloneAuth()
 		authn.X509.ClientCAFile = ca.file
-		s := startServer(t, Options{Authentication: authn, Stats: stats, StandaloneUsers: []string{"operator"}})
+		s := startServer(t, Options{Authentication: authn, Authorization: authz, Stats: stats, StandaloneUsers: []string{"operator"}})
 		url := "https://" + s.Address() + "/stats/summary"
 		if code, body := do(t, client(t, ca.clientCert(t, "operator")), http.MethodGet, url, ""); code != http.StatusOK {
 			t.Errorf("GET /stats/summary as operator, a named user: %d %q, want 200", code, body)
@@ -491,7 +556,8 @@ func TestStandalone(t *testing.T) {
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
-	s, err := New(Options{Address: "127.0.0.1:0", CertDir: t.TempDir(), Hostname: testNode, NodeName: testNode, Pods: &fakePods{}})
+	authn, authz := standaloneAuth()
+	s, err := New(Options{Address: "127.0.0.1:0", CertDir: t.TempDir(), Hostname: testNode, NodeName: testNode, Pods: &fakePods{}, Authentication: authn, Authorization: authz})
 	if err != nil {
 		t.Fatal(err)
 	}
