@@ -43,7 +43,8 @@ const (
 // node-allocatable cgroup (kubepods) limited to what pods may use, the burstable and
 // besteffort QoS cgroups under it, a cgroup per pod with the pod's limits, and the
 // system-reserved and kube-reserved cgroups' limits when enforceNodeAllocatable names them.
-// Cgroups of pods that are gone are removed once empty; a process is never killed or moved.
+// A gone pod's cgroup is removed; what is left running in it of a pod this process ran is
+// killed first, as the kubelet kills every process before it destroys a pod cgroup.
 type nodeCgroups struct {
 	m             cgroups.Manager
 	perQOS        bool
@@ -277,10 +278,17 @@ func (n *nodeCgroups) podCgroups() (map[types.UID]cgroups.Name, error) {
 	return out, nil
 }
 
-// cleanup removes the cgroups of pods no worker runs (active: the workers' pods), once
-// they are empty: a pod that is gone, terminated, or was never this process's (podsync
-// restarted). A cgroup with processes left is kept and tried again; none is killed.
-func (n *nodeCgroups) cleanup(ctx context.Context, active func() map[types.UID]bool) {
+// cleanup removes the cgroups of pods no worker runs (active: the workers' pods): a pod
+// that is gone, terminated, or was never this process's (podsync restarted). As the
+// kubelet's housekeeping does, every process still in the cgroup of such a pod is killed
+// first (a process that escaped its container's stop: a daemon that double-forked, a
+// process a container's tools put into the pod's cgroup): for a pod this process ran,
+// once its worker has ended; for a pod found only in the cgroup tree (it ended while
+// podsync was down), once orphaned says so — podsync's Service.RuntimeRemovable, which is
+// false for every pod until all the pod sources have reported, as the kubelet kills an
+// orphaned pod cgroup's processes only then (a pod found after a restart may just not
+// have its worker yet). A cgroup with processes left is kept and tried again.
+func (n *nodeCgroups) cleanup(ctx context.Context, active func() map[types.UID]bool, orphaned func() func(types.UID) bool) {
 	// The cgroups first, then the pods: a pod whose worker starts in between is active, and
 	// one whose cgroup is made after the listing is not in it.
 	found, err := n.podCgroups()
@@ -293,6 +301,21 @@ func (n *nodeCgroups) cleanup(ctx context.Context, active func() map[types.UID]b
 	for uid, name := range found {
 		if running[uid] {
 			continue
+		}
+		n.mu.Lock()
+		_, ran := n.pods[uid]
+		n.mu.Unlock()
+		// Asked again just before the kill: a pod whose worker started since the listing
+		// keeps its processes.
+		if (ran && !active()[uid]) || (!ran && orphaned()(uid)) {
+			killed, err := n.m.Kill(ctx, name)
+			if len(killed) > 0 {
+				n.log.Info("killed processes left in a gone pod's cgroup", "uid", uid, "cgroup", n.m.Parent(name), "pids", killed)
+			}
+			if err != nil {
+				n.log.Warn("kill processes left in a gone pod's cgroup", "uid", uid, "cgroup", n.m.Parent(name), "err", err)
+				continue
+			}
 		}
 		err := n.removePod(ctx, name)
 		if errors.Is(err, cgroups.ErrNotEmpty) {
@@ -350,9 +373,10 @@ func (n *nodeCgroups) removePod(ctx context.Context, name cgroups.Name) error {
 }
 
 // Sweep is the loop that removes, every cgroupCleanupPeriod until ctx ends, the cgroups of
-// pods not among active's (the workers' pods: podworker.Manager.Active). It closes the
-// cgroup manager when it ends; without QoS cgroups it only waits.
-func (n *nodeCgroups) Sweep(active func() map[types.UID]bool) func(ctx context.Context) error {
+// pods not among active's (the workers' pods: podworker.Manager.Active), killing what is
+// left in them first (cleanup; orphaned: Service.RuntimeRemovable). It closes the cgroup
+// manager when it ends; without QoS cgroups it only waits.
+func (n *nodeCgroups) Sweep(active func() map[types.UID]bool, orphaned func() func(types.UID) bool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		defer n.m.Close()
 		if !n.perQOS {
@@ -366,7 +390,7 @@ func (n *nodeCgroups) Sweep(active func() map[types.UID]bool) func(ctx context.C
 			case <-ctx.Done():
 				return nil
 			case <-t.C:
-				n.cleanup(ctx, active)
+				n.cleanup(ctx, active, orphaned)
 			}
 		}
 	}

@@ -76,11 +76,13 @@ type fakeCgroups struct {
 	mu       sync.Mutex
 	made     map[string]cgroups.Resources
 	busy     map[string]bool // cgroups with processes
+	stubborn map[string]bool // cgroups whose processes survive SIGKILL (uninterruptible sleep)
 	removals []string
+	kills    []string // cgroups Kill found processes in
 }
 
 func newFakeCgroups() *fakeCgroups {
-	return &fakeCgroups{made: map[string]cgroups.Resources{}, busy: map[string]bool{}}
+	return &fakeCgroups{made: map[string]cgroups.Resources{}, busy: map[string]bool{}, stubborn: map[string]bool{}}
 }
 
 func (f *fakeCgroups) Driver() cgroups.Driver       { return cgroups.Cgroupfs }
@@ -122,6 +124,33 @@ func (f *fakeCgroups) Remove(_ context.Context, n cgroups.Name) error {
 	delete(f.made, p)
 	f.removals = append(f.removals, p)
 	return nil
+}
+
+// Kill ends the processes of the cgroup and those below it, except stubborn ones.
+func (f *fakeCgroups) Kill(_ context.Context, n cgroups.Name) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := n.CgroupfsPath()
+	var found []int
+	var left []int
+	for q, busy := range f.busy {
+		if !busy || (q != p && !strings.HasPrefix(q, p+"/")) {
+			continue
+		}
+		found = append(found, len(found)+100)
+		if f.stubborn[q] {
+			left = append(left, found[len(found)-1])
+			continue
+		}
+		f.busy[q] = false
+	}
+	if len(found) > 0 {
+		f.kills = append(f.kills, p)
+	}
+	if len(left) > 0 {
+		return found, &cgroups.NotEmptyError{Cgroup: p, PIDs: left}
+	}
+	return found, nil
 }
 
 func (f *fakeCgroups) Children(n cgroups.Name) ([]string, error) {
@@ -191,20 +220,25 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 		t.Errorf("besteffort shares = %d, want 2", got)
 	}
 
-	// a is gone but its cgroup still has a process: kept. b is gone and empty: removed,
-	// and burstable's shares drop to a's. A cgroup of a pod this process never saw (made
-	// before a restart) and not active goes too; an active pod's stays.
+	// a is gone and something of it still runs in its cgroup: killed, then the cgroup is
+	// removed, as the kubelet destroys it. b is gone and empty: removed, and burstable's
+	// shares drop. A cgroup of a pod this process never ran (made before a restart, its
+	// worker maybe not started yet) goes once empty, and its processes are not killed;
+	// an active pod's stays.
 	f.busy["/kubepods/burstable/poda"] = true
 	f.made["/kubepods/besteffort/podold"] = cgroups.Resources{}
+	f.made["/kubepods/besteffort/podolder"] = cgroups.Resources{}
+	f.busy["/kubepods/besteffort/podolder"] = true
+	f.busy["/kubepods/besteffort/podbe"] = true
 	mu.Lock()
 	delete(active, "a")
 	delete(active, "b")
 	mu.Unlock()
-	n.cleanup(ctx, running)
-	if slices.Contains(f.removals, "/kubepods/burstable/poda") {
-		t.Error("a cgroup with processes was removed")
+	n.cleanup(ctx, running, noOrphans)
+	if want := []string{"/kubepods/burstable/poda"}; !slices.Equal(f.kills, want) {
+		t.Errorf("killed in %v, want only %v", f.kills, want)
 	}
-	for _, want := range []string{"/kubepods/burstable/podb", "/kubepods/besteffort/podold"} {
+	for _, want := range []string{"/kubepods/burstable/poda", "/kubepods/burstable/podb", "/kubepods/besteffort/podold"} {
 		if !slices.Contains(f.removals, want) {
 			t.Errorf("%s not removed (removals %v)", want, f.removals)
 		}
@@ -212,14 +246,14 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	if slices.Contains(f.removals, "/kubepods/besteffort/podbe") {
 		t.Error("an active pod's cgroup was removed")
 	}
-	if got, want := f.shares("/kubepods/burstable"), cgroups.MilliCPUToShares(250); got != want {
-		t.Errorf("burstable shares after b went = %d, want %d", got, want)
+	if slices.Contains(f.removals, "/kubepods/besteffort/podolder") {
+		t.Error("a cgroup with processes of a pod this process never ran was removed")
 	}
-	// a's last process exits: its cgroup goes at the next round.
-	f.busy["/kubepods/burstable/poda"] = false
-	n.cleanup(ctx, running)
-	if !slices.Contains(f.removals, "/kubepods/burstable/poda") {
-		t.Errorf("a's emptied cgroup not removed (removals %v)", f.removals)
+	// The older pod's last process exits: its cgroup goes at the next round.
+	f.busy["/kubepods/besteffort/podolder"] = false
+	n.cleanup(ctx, running, noOrphans)
+	if !slices.Contains(f.removals, "/kubepods/besteffort/podolder") {
+		t.Errorf("the emptied cgroup not removed (removals %v)", f.removals)
 	}
 	if got := f.shares("/kubepods/burstable"); got != 2 {
 		t.Errorf("burstable shares with no burstable pod = %d, want 2", got)
@@ -245,12 +279,84 @@ func TestNodeCgroupsCleanupRemovesChildCgroupsTheRuntimeLeft(t *testing.T) {
 	f.made["/kubepods/besteffort/podleft/0123abcd"] = cgroups.Resources{}
 	f.made["/kubepods/besteffort/podbusy/4567ef01"] = cgroups.Resources{}
 	f.busy["/kubepods/besteffort/podbusy/4567ef01"] = true
-	n.cleanup(ctx, func() map[types.UID]bool { return nil })
+	f.stubborn["/kubepods/besteffort/podbusy/4567ef01"] = true
+	n.cleanup(ctx, func() map[types.UID]bool { return nil }, noOrphans)
 	if want := []string{"/kubepods/besteffort/podleft/0123abcd", "/kubepods/besteffort/podleft"}; !slices.Equal(f.removals, want) {
 		t.Errorf("removals %v, want %v", f.removals, want)
 	}
 	if !f.Exists(cgroups.Name{"kubepods", "besteffort", "podbusy"}) {
-		t.Error("a pod cgroup whose child has a process was removed")
+		t.Error("a pod cgroup whose child has a process that survived the kill was removed")
+	}
+}
+
+// The kill waits for the pod's worker to have ended, asked again just before it: a pod
+// that became active since the cgroups were listed (a static pod back with the same UID)
+// keeps its processes; one whose processes survive SIGKILL keeps its cgroup for the next
+// round.
+func TestNodeCgroupsCleanupKillsOnlyWhatAnEndedPodLeft(t *testing.T) {
+	f := newFakeCgroups()
+	n := &nodeCgroups{
+		m: f, perQOS: true, kubepods: cgroups.Name{"kubepods"},
+		log: slog.New(slog.DiscardHandler), pods: map[types.UID]*corev1.Pod{},
+	}
+	ctx := context.Background()
+	for _, uid := range []string{"back", "stuck"} {
+		if err := n.EnsurePod(ctx, testCgroupPod(uid, "")); err != nil {
+			t.Fatal(err)
+		}
+		f.busy["/kubepods/besteffort/pod"+uid] = true
+	}
+	f.stubborn["/kubepods/besteffort/podstuck"] = true
+	calls := 0
+	active := func() map[types.UID]bool {
+		calls++
+		if calls == 1 {
+			return nil // the listing: neither is active
+		}
+		return map[types.UID]bool{"back": true}
+	}
+	n.cleanup(ctx, active, noOrphans)
+	if want := []string{"/kubepods/besteffort/podstuck"}; !slices.Equal(f.kills, want) {
+		t.Errorf("killed in %v, want only %v", f.kills, want)
+	}
+	if len(f.removals) != 0 {
+		t.Errorf("removed %v: the returned pod's cgroup and the one whose process survived must stay", f.removals)
+	}
+	if _, ok := n.pods["stuck"]; !ok {
+		t.Error("the pod whose cgroup could not be emptied is forgotten: the next round would not kill again")
+	}
+}
+
+// noOrphans is Service.RuntimeRemovable before every pod source has reported.
+func noOrphans() func(types.UID) bool { return func(types.UID) bool { return false } }
+
+// A pod cgroup this process never ran (its pod ended while podsync was down) has its
+// processes killed once orphaned says the pod may go (every source has reported and no
+// worker runs it), and not before: a pod found after a restart may only not have its
+// worker yet.
+func TestNodeCgroupsCleanupKillsAnOrphanedCgroupOnceTheSourcesReported(t *testing.T) {
+	f := newFakeCgroups()
+	n := &nodeCgroups{
+		m: f, perQOS: true, kubepods: cgroups.Name{"kubepods"},
+		log: slog.New(slog.DiscardHandler), pods: map[types.UID]*corev1.Pod{},
+	}
+	ctx := context.Background()
+	for _, uid := range []string{"orphan", "wanted"} {
+		f.made["/kubepods/besteffort/pod"+uid] = cgroups.Resources{}
+		f.busy["/kubepods/besteffort/pod"+uid] = true
+	}
+	none := func() map[types.UID]bool { return nil }
+	n.cleanup(ctx, none, noOrphans)
+	if len(f.kills) != 0 || len(f.removals) != 0 {
+		t.Fatalf("before the sources reported: killed in %v, removed %v; want nothing touched", f.kills, f.removals)
+	}
+	orphaned := func() func(types.UID) bool { return func(uid types.UID) bool { return uid == "orphan" } }
+	n.cleanup(ctx, none, orphaned)
+	if want := []string{"/kubepods/besteffort/podorphan"}; !slices.Equal(f.kills, want) {
+		t.Errorf("killed in %v, want only %v", f.kills, want)
+	}
+	if want := []string{"/kubepods/besteffort/podorphan"}; !slices.Equal(f.removals, want) {
+		t.Errorf("removed %v, want %v", f.removals, want)
 	}
 }
 
@@ -287,5 +393,5 @@ func TestNodeCgroupsRefuseTheRuntimesOtherDriver(t *testing.T) {
 // Without QoS cgroups the sweep removes nothing: its loop waits and closes the manager.
 func TestNodeCgroupsSweepWaitsWithoutQOSCgroups(t *testing.T) {
 	n := &nodeCgroups{m: newFakeCgroups(), log: slog.New(slog.DiscardHandler), pods: map[types.UID]*corev1.Pod{}}
-	endsWithCtx(t, n.Sweep(func() map[types.UID]bool { t.Error("active asked without QoS cgroups"); return nil }))
+	endsWithCtx(t, n.Sweep(func() map[types.UID]bool { t.Error("active asked without QoS cgroups"); return nil }, noOrphans))
 }

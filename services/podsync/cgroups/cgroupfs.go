@@ -70,6 +70,14 @@ func (m *cgroupfsManager) Remove(ctx context.Context, n Name) error {
 	return m.h.rmdir(ctx, rel, rel)
 }
 
+func (m *cgroupfsManager) Kill(ctx context.Context, n Name) ([]int, error) {
+	if len(n) == 0 {
+		return nil, errors.New("kill the processes of the root cgroup: it is the host's")
+	}
+	rel := n.CgroupfsPath()
+	return m.h.kill(ctx, rel, rel)
+}
+
 func (m *cgroupfsManager) Children(n Name) ([]string, error) {
 	return m.h.children(n.CgroupfsPath(), func(s string) (string, bool) { return s, true })
 }

@@ -17,11 +17,14 @@
 //     D-Bus (its private socket, else the system bus), starts a missing slice with the
 //     limits as unit properties, and sets the properties of one that is there.
 //
-// Nothing here kills, moves or otherwise touches a process. Where the kubelet kills what
-// is left in a pod cgroup before destroying it, Remove refuses with ErrNotEmpty while a
-// process or a child cgroup is in it: stopping the containers is the caller's part, done
-// through the runtime. With systemd the check reads the cgroup files before StopUnit,
-// since stopping a slice would stop whatever runs in it.
+// Remove never kills: it refuses with ErrNotEmpty while a process or a child cgroup is
+// in the cgroup (with systemd the check reads the cgroup files before StopUnit, since
+// stopping a slice would stop whatever runs in it). Kill is the separate step the kubelet
+// takes before it destroys a pod's cgroup: SIGKILL to every process in it and below it,
+// through cgroup.kill on cgroup v2 where it can, else pid by pid, each pid only through a
+// pidfd taken while the cgroup still lists it. Stopping a pod's containers stays the
+// caller's part, done through the runtime; Kill is for what is left after. Nothing here
+// moves a process.
 //
 // Left out, and why:
 //

@@ -39,7 +39,7 @@ func (e *NotEmptyError) Is(target error) bool { return target == ErrNotEmpty }
 func (e *NotEmptyError) Unwrap() error        { return e.Err }
 
 // Manager creates, updates, lists and removes the node's pod and QoS cgroups with one
-// driver. It never kills, moves or otherwise touches a process.
+// driver. Only Kill touches a process; nothing moves one.
 type Manager interface {
 	Driver() Driver
 	// Unified reports cgroup v2.
@@ -60,6 +60,13 @@ type Manager interface {
 	// child cgroup, makes it an error wrapping ErrNotEmpty (a *NotEmptyError) and nothing
 	// is removed.
 	Remove(ctx context.Context, n Name) error
+	// Kill sends SIGKILL to every process in the cgroup and below it, as the kubelet does
+	// before it removes a pod's cgroup, and waits a moment for them to go: on cgroup v2
+	// through cgroup.kill where it can, otherwise pid by pid in a few rounds (a pid is
+	// signalled only through a pidfd taken while the cgroup still lists it). It returns
+	// the processes it found there. Processes still there at the end make it an error
+	// wrapping ErrNotEmpty. A missing cgroup has none; the root cannot be killed.
+	Kill(ctx context.Context, n Name) ([]int, error)
 	// Children names the cgroups directly under n as components ("burstable",
 	// "pod<uid>"); a missing n has none.
 	Children(n Name) ([]string, error)

@@ -188,6 +188,17 @@ func (m *systemdManager) Remove(ctx context.Context, n Name) error {
 	return m.h.rmdir(ctx, rel, slice)
 }
 
+// Kill kills through the slice's cgroup files, not with systemd's KillUnit: a slice has
+// no processes of its own for systemd to kill, and those in the runtime's scopes below it
+// must go too. Where the mount is read-only (ProtectControlGroups=yes), each process is
+// signalled by its pid.
+func (m *systemdManager) Kill(ctx context.Context, n Name) ([]int, error) {
+	if len(n) == 0 {
+		return nil, errors.New("kill the processes of the root cgroup: it is the host's")
+	}
+	return m.h.kill(ctx, n.SystemdPath(), n.SystemdSlice())
+}
+
 // Children reads the slices directly under n and keeps each one's last component.
 func (m *systemdManager) Children(n Name) ([]string, error) {
 	return m.h.children(n.SystemdPath(), func(dir string) (string, bool) {

@@ -31,7 +31,7 @@ spec:
 `
 
 func TestStaticPodDefaultsAndIdentity(t *testing.T) {
-	pod, err := StaticPod([]byte(validPodYAML), "/etc/kubernetes/manifests/web.yaml", "Node-1", SourceFile)
+	pod, err := StaticPod([]byte(validPodYAML), "/etc/kubernetes/manifests/web.yaml", "node-1", SourceFile)
 	if err != nil {
 		t.Fatalf("StaticPod: %v", err)
 	}
@@ -41,7 +41,7 @@ func TestStaticPodDefaultsAndIdentity(t *testing.T) {
 	}{
 		{"name", pod.Name, "web-node-1"},
 		{"namespace", pod.Namespace, "default"},
-		{"spec.nodeName", pod.Spec.NodeName, "Node-1"},
+		{"spec.nodeName", pod.Spec.NodeName, "node-1"},
 		{"config.hash", pod.Annotations[AnnotationConfigHash], string(pod.UID)},
 		{"config.source", pod.Annotations[AnnotationConfigSource], SourceFile},
 		{"label kept", pod.Labels["app"], "web"},
@@ -145,7 +145,7 @@ func TestStaticPodErrors(t *testing.T) {
 		{"no containers", pod("  containers: []\n"), []string{"spec.containers"}},
 		{"container name not a label", pod("  containers:\n  - name: My.C\n    image: i\n"), []string{"spec.containers[0].name"}},
 		{"container name missing", pod("  containers:\n  - image: i\n"), []string{"spec.containers[0].name"}},
-		{"duplicate across init and app", pod("  initContainers:\n  - name: c\n    image: i\n  containers:\n  - name: c\n    image: i\n"), []string{"spec.containers[0].name", "Duplicate"}},
+		{"duplicate across init and app", pod("  initContainers:\n  - name: c\n    image: i\n  containers:\n  - name: c\n    image: i\n"), []string{`spec.initContainers[0].name: Duplicate value: "c"`}},
 		{"empty image", pod("  containers:\n  - name: c\n"), []string{"spec.containers[0].image"}},
 		{"init container image", pod("  initContainers:\n  - name: i\n  containers:\n  - name: c\n    image: i\n"), []string{"spec.initContainers[0].image"}},
 		{"port zero", pod("  containers:\n  - name: c\n    image: i\n    ports:\n    - containerPort: 0\n"), []string{"spec.containers[0].ports[0].containerPort"}},
@@ -237,10 +237,10 @@ func TestImagePullPolicy(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.image, func(t *testing.T) {
-			ctr := corev1.Container{Image: c.image}
-			defaultContainer(&ctr, false)
-			if ctr.ImagePullPolicy != c.want {
-				t.Errorf("imagePullPolicy = %s, want %s", ctr.ImagePullPolicy, c.want)
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: c.image}}}}
+			applyAPIDefaults(pod)
+			if got := pod.Spec.Containers[0].ImagePullPolicy; got != c.want {
+				t.Errorf("imagePullPolicy = %s, want %s", got, c.want)
 			}
 		})
 	}
