@@ -3,6 +3,7 @@ package systemd
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -350,6 +351,12 @@ func TestUnitsConventions(t *testing.T) {
 		wantSet("WatchdogSec")
 		if !slices.Contains(u.values("Service", "RestartPreventExitStatus"), strconv.Itoa(daemon.ExitBadConfig)) {
 			t.Errorf("%s: want RestartPreventExitStatus=%d: an invalid configuration is not fixed by restarting", name, daemon.ExitBadConfig)
+		}
+		// Nor by a start through the socket: exit 2 stops the socket, or a queued client
+		// starts the service again and again on the same configuration.
+		stopSocket := fmt.Sprintf(`+/bin/sh -c 'if [ "$$EXIT_CODE" = exited ] && [ "$$EXIT_STATUS" = %d ]; then exec systemctl --no-block stop %s; fi'`, daemon.ExitBadConfig, socket)
+		if v, _ := u.value("Service", "ExecStopPost"); v != stopSocket {
+			t.Errorf("%s: want ExecStopPost=%s: exit %d must stop the socket, or its clients start the service again at once", name, stopSocket, daemon.ExitBadConfig)
 		}
 		wantSet("MemoryMax")
 		wantSet("TasksMax")

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/component-helpers/node/util/sysctl"
 	v1beta1 "k8s.io/kubelet/config/v1beta1"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 )
@@ -93,6 +94,9 @@ func nodeIdentity(o *Options, kc *v1beta1.KubeletConfiguration, h hostEnv) (*con
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	if err := checkLabelNamespaces(keys); err != nil {
+		return nil, nil, err
+	}
 	for _, k := range keys {
 		v := o.NodeLabels[k]
 		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
@@ -109,6 +113,40 @@ func nodeIdentity(o *Options, kc *v1beta1.KubeletConfiguration, h hostEnv) (*con
 		taints = append(taints, taintProto(t))
 	}
 	return &configv1.NodeIdentity{Name: name, Hostname: hostname, Ips: ips, Labels: labels, Taints: taints}, warnings, nil
+}
+
+// checkLabelNamespaces refuses, as the kubelet does at start, --node-labels in the
+// kubernetes.io and k8s.io namespaces (and their subdomains) other than those a kubelet
+// may set on its own Node: the NodeRestriction admission plugin would refuse the node's
+// registration with them, and labels such as node-role.kubernetes.io/* are the cluster
+// administrator's to give. keys are sorted; every refused one is named.
+func checkLabelNamespaces(keys []string) error {
+	var refused []string
+	for _, k := range keys {
+		if kubernetesNamespace(k) && !kubeletapis.IsKubeletLabel(k) {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--node-labels: labels in the 'kubernetes.io' or 'k8s.io' namespaces the kubelet may not set: %s; such labels must begin with an allowed prefix (%s) or be one of %s (a label such as node-role.kubernetes.io/<role> is for the cluster's administrator to give: kubectl label node)",
+		strings.Join(refused, ", "), strings.Join(kubeletapis.KubeletLabelNamespaces(), ", "), strings.Join(kubeletapis.KubeletLabels(), ", "))
+}
+
+// kubernetesNamespace reports whether a label key's prefix is kubernetes.io, k8s.io or a
+// subdomain of either.
+func kubernetesNamespace(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	for _, ns := range []string{"kubernetes.io", "k8s.io"} {
+		if prefix == ns || strings.HasSuffix(prefix, "."+ns) {
+			return true
+		}
+	}
+	return false
 }
 
 func taintProto(t v1.Taint) *configv1.Taint {

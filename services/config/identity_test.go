@@ -85,3 +85,48 @@ func TestNodeIdentityOverridesAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// --node-labels in the kubernetes.io and k8s.io namespaces are refused unless a kubelet may
+// set them on its own Node (k8s.io/kubelet/pkg/apis.IsKubeletLabel), as the kubelet's
+// ValidateKubeletFlags refuses them at start; every refused key is named.
+func TestNodeLabelsInKubernetesNamespacesAreRefused(t *testing.T) {
+	kc := &v1beta1.KubeletConfiguration{}
+	for _, labels := range []map[string]string{
+		{"node-role.kubernetes.io/worker": ""},
+		{"kubernetes.io/role": "worker"},
+		{"k8s.io/x": "y"},
+		{"sub.k8s.io/x": "y"},
+		{"team.example.com/a": "b", "example.kubernetes.io/x": "y", "node-role.kubernetes.io/control-plane": ""},
+	} {
+		_, _, err := nodeIdentity(&Options{NodeLabels: labels}, kc, fakeHost("h", "10.0.0.1"))
+		if err == nil || !strings.Contains(err.Error(), "--node-labels") || !strings.Contains(err.Error(), "node.kubernetes.io") {
+			t.Errorf("%v: error %v, want --node-labels refused naming the allowed prefixes", labels, err)
+			continue
+		}
+		for k := range labels {
+			if named := strings.Contains(err.Error(), k); named == strings.HasSuffix(k, "example.com/a") {
+				t.Errorf("%v: error %q names %s: %t", labels, err, k, named)
+			}
+		}
+	}
+	allowed := map[string]string{
+		"node.kubernetes.io/pool":          "a",
+		"x.node.kubernetes.io/y":           "b",
+		"kubelet.kubernetes.io/z":          "c",
+		"topology.kubernetes.io/zone":      "z1",
+		"node.kubernetes.io/instance-type": "m5",
+		"kubernetes.io/hostname":           "other",
+		"beta.kubernetes.io/arch":          "amd64",
+		"example.com/kubernetes.io":        "d",
+		"notkubernetes.io/x":               "e",
+	}
+	id, _, err := nodeIdentity(&Options{NodeLabels: allowed}, kc, fakeHost("h", "10.0.0.1"))
+	if err != nil {
+		t.Fatalf("labels a kubelet may set: %v", err)
+	}
+	for k, v := range allowed {
+		if id.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, id.Labels[k], v)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/daemon"
+	"github.com/unitlet/unitlet/shared/kube"
 	"github.com/unitlet/unitlet/shared/pki"
 )
 
@@ -68,12 +69,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	bootstrap := NewBootstrapper(svc.Current, cfg.CertificateLifetime, d.Registry(), log)
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
+	// On the metrics listener only when that is a Unix socket (UNITLET_METRICS_ADDR=unix:...);
+	// a TCP one serves /healthz alone. The node API's /configz is unitlet-status's.
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })
 	d.SetHealthCheck(svc.Healthy)
 	svc.OnGeneration(func(gen uint64) { d.SetConfigState(daemon.ConfigState{Generation: gen}) })
 	// File watch: the config file and its drop-ins, reloaded when they change.
 	d.Go("file watch", svc.WatchFiles)
+	// Node events: a failed reload, and the first load after one, on the Node, once the
+	// node's kubeconfig is usable (with its client certificate followed as unitlet-certs
+	// rotates it; set before any client is made).
+	kube.FollowRotatedCertificates()
+	d.Go("node events", svc.RecordNodeEvents)
 	// TLS bootstrap, with a bootstrap kubeconfig: beside the bus, as the other services read
 	// the configuration and wait for the kubeconfig themselves; READY=1 does not wait for it.
 	d.Go("tls bootstrap", bootstrap.Run)

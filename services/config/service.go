@@ -2,7 +2,8 @@
 // KubeletConfiguration file, its drop-ins, the environment and the flags, works out the
 // node's identity, and serves the result to the other services over the bus, with a
 // generation number that survives restarts. It reloads on SIGHUP and when the files change;
-// an invalid change keeps the last good configuration in effect and is reported.
+// an invalid change leaves the configuration in effect as it is and is reported. A start
+// whose configuration does not load fails: it exits, as the kubelet does.
 package config
 
 import (
@@ -36,6 +37,12 @@ const (
 // generationCheckpoint remembers the last generation and its hash across restarts.
 const generationCheckpoint = "config-generation"
 
+// retiredLastGoodCheckpoint is where earlier releases kept the last configuration that
+// loaded, which a start whose files did not load served instead. Nothing reads it any
+// more; a start that loads deletes it, as it holds the whole configuration, secrets
+// included.
+const retiredLastGoodCheckpoint = "config-last-good"
+
 type generationState struct {
 	Generation uint64 `json:"generation"`
 	Hash       string `json:"hash"`
@@ -54,6 +61,10 @@ type Service struct {
 	status  *configv1.ReloadStatus
 	hub     *watch.Hub[*configv1.NodeConfig]
 
+	// recorder records failed loads on the Node (events.go); nil until the node's
+	// credentials are there, and on a standalone node.
+	recorder eventRecorder
+
 	reloadOK      prometheus.Gauge
 	reloadSuccess prometheus.Gauge
 	generation    prometheus.Gauge
@@ -63,10 +74,18 @@ type Service struct {
 	onGeneration func(uint64)
 }
 
-// NewService loads the configuration for the first time. When the files do not load but
-// a configuration loaded from the same files before (lastgood.go), that one is served and
-// the failure reported, as after a failed reload. Otherwise the error is the user's to
-// fix: the process exits 2 with it.
+// NewService loads the configuration for the first time. When it does not load, the error
+// is the user's to fix and the process exits 2 with it, naming the file (or flag) and the
+// field, as the kubelet exits on a configuration it cannot load; the machine's own trouble
+// (an I/O error, a full disk) exits 1 and systemd tries again (daemon.ConfigError).
+//
+// No earlier configuration stands in. One that loaded before from the same bytes is the
+// same configuration, so the only loads of unchanged files that fail are those the
+// kubelet would refuse too: the host changed under them (swap turned on with failSwapOn,
+// a kernel tunable protectKernelDefaults guards, cgroup v1) or a newer unitlet refuses a
+// value the older one took. Serving the old one would keep a configuration this unitlet
+// does not accept, and an operator's edit (say, webhook authorization with one refused
+// value beside it) would leave the node on the more permissive one without a word.
 func NewService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	return newService(o, store, reg, log, realHost)
 }
@@ -80,7 +99,7 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 		now:   time.Now,
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "unitlet_config_last_reload_successful",
-			Help: "1 if the last load of the configuration succeeded, 0 if it failed and the last good configuration stays in effect.",
+			Help: "1 if the last load of the configuration succeeded, 0 if it failed and the configuration in effect stays.",
 		}),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "unitlet_config_last_reload_success_timestamp_seconds",
@@ -101,20 +120,8 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 	cfg, warnings, err := s.build()
 	s.status = &configv1.ReloadStatus{Trigger: TriggerStart, LastAttemptTime: timestamppb.New(s.now())}
 	if err != nil {
-		last, lastErr := loadLastGood(store, o)
-		if lastErr != nil {
-			s.reloads.WithLabelValues(TriggerStart, "failure").Inc()
-			return nil, fmt.Errorf("%w (%v, so there is none to serve instead)", err, lastErr)
-		}
-		// Degraded, not down: the last good configuration, from these same files, stays
-		// in effect; the failure is in the reload status, the metrics and the log, and a
-		// fixed file loads as any reload does.
-		s.current = last
-		s.hub = watch.NewHub(last.Generation, 0, func() *configv1.NodeConfig { return s.current })
-		s.generation.Set(float64(last.Generation))
-		s.status.Generation = last.Generation
-		s.failed(TriggerStart, err)
-		return s, nil
+		s.reloads.WithLabelValues(TriggerStart, "failure").Inc()
+		return nil, err
 	}
 	for _, w := range warnings {
 		log.Warn(w)
@@ -137,10 +144,8 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 		}
 	}
 	cfg.Generation = gen
-	if err := saveLastGood(store, o, cfg); err != nil {
-		// In effect all the same, as on a reload; a restart with broken files would serve
-		// an older one.
-		log.Warn("the configuration is in effect but not recorded as the last good one", "err", err)
+	if err := store.Delete(retiredLastGoodCheckpoint); err != nil {
+		log.Warn("remove the retired last-good checkpoint", "err", err)
 	}
 	s.current = cfg
 	s.hub = watch.NewHub(gen, 0, func() *configv1.NodeConfig { return s.current })
@@ -150,8 +155,12 @@ func newService(o *Options, store *checkpoint.Store, reg prometheus.Registerer, 
 }
 
 // Reload loads the configuration again. A valid configuration that differs from the one in
-// effect becomes the next generation; an invalid one leaves the one in effect and is
-// reported in the reload status, the metrics and the log.
+// effect becomes the next generation; an invalid one leaves the one in effect (the other
+// services go on with it) and is reported in the reload status (unitletctl status, the
+// node's /healthz), an event on the Node, the metrics and the log. It does not fail the
+// health check: the watchdog would restart unitlet-config, and a start with these files
+// stops (NewService), taking the configuration from the services for an edit that never
+// took effect.
 func (s *Service) Reload(trigger string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,10 +190,6 @@ func (s *Service) Reload(trigger string) error {
 		s.current = cfg
 		return cfg
 	})
-	if err := saveLastGood(s.store, s.opts, cfg); err != nil {
-		// In effect all the same; a restart with broken files would serve an older one.
-		s.log.Warn("the new configuration is in effect but not recorded as the last good one", "err", err)
-	}
 	s.succeeded(trigger)
 	s.log.Info("configuration reloaded", "trigger", trigger, "generation", cfg.Generation)
 	return nil
@@ -192,6 +197,9 @@ func (s *Service) Reload(trigger string) error {
 
 func (s *Service) succeeded(trigger string) {
 	now := s.now()
+	if s.failing() {
+		s.recordLoaded()
+	}
 	s.status.LastReloadSuccessful = true
 	s.status.LastSuccessTime = timestamppb.New(now)
 	s.status.LastError, s.status.LastErrorFile, s.status.LastErrorField = "", "", ""
@@ -224,8 +232,14 @@ func (s *Service) failed(trigger string, err error) {
 	}
 	s.reloadOK.Set(0)
 	s.reloads.WithLabelValues(trigger, "failure").Inc()
-	s.log.Error("configuration reload failed; the last good configuration stays in effect",
+	s.log.Error("configuration reload failed; the configuration in effect stays, and unitlet-config will not start again until the files load",
 		"trigger", trigger, "err", err.Error(), "generation", s.current.Generation)
+	s.recordInvalid()
+}
+
+// failing reports whether the last load failed.
+func (s *Service) failing() bool {
+	return !s.status.LastReloadSuccessful && s.status.LastError != ""
 }
 
 // build loads every input into a NodeConfig without a generation.
@@ -324,7 +338,8 @@ const healthWait = 5 * time.Second
 
 // Healthy fails when a load of the configuration holds the service for longer than
 // healthWait (a read that hangs on a file system, a lock never given back): the watchdog
-// then has systemd restart the service, which serves the last good configuration.
+// then has systemd restart the service, which loads the files afresh. A failed load is
+// not a failed health check (see Reload); it is reported as degraded instead.
 func (s *Service) Healthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, healthWait)
 	defer cancel()

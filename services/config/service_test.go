@@ -1,6 +1,8 @@
 package config
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/tools/record"
 
+	"github.com/unitlet/unitlet/services/config/kubeletconfig"
 	"github.com/unitlet/unitlet/shared/checkpoint"
 	"github.com/unitlet/unitlet/shared/payload"
 )
@@ -161,5 +165,158 @@ func TestRelevantFiles(t *testing.T) {
 		if got := s.relevant(path); got != want {
 			t.Errorf("relevant(%s) = %v, want %v", path, got, want)
 		}
+	}
+}
+
+// permissive lets pods set unsafe sysctls and serves the debugging handlers; hardening is
+// an operator's drop-in that takes both away and holds one value unitlet refuses.
+const (
+	permissive = baseConfig + "allowedUnsafeSysctls: [\"kernel.msg*\", \"net.core.somaxconn\"]\nenableDebuggingHandlers: true\n"
+	hardening  = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" +
+		"allowedUnsafeSysctls: []\nenableDebuggingHandlers: false\nsyncFrequency: 5 parsecs\n"
+)
+
+// A start whose configuration does not load stops (the error names the file and the field;
+// Run exits 2 with it), however often the node loaded another one before: the kubelet
+// exits on a configuration it cannot load, and serving the earlier one would leave a node
+// whose operator hardened it (no unsafe sysctls, no debugging handlers) on the permissive
+// configuration because one value beside it was refused. Before, a configuration loaded
+// before from the same --config and --config-dir was served instead, and the node ran on.
+func TestStartWithAConfigurationThatDoesNotLoadStops(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "config.yaml", permissive)
+	f.service(t, nil) // a configuration that loads, recorded as loaded before
+	f.write(t, "config.d/50-harden.conf", hardening)
+	s, err := newService(f.opts, f.store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), fakeHost("node-1", "10.0.0.1"))
+	var ke *kubeletconfig.Error
+	if err == nil || !errors.As(err, &ke) || ke.Field != "syncFrequency" || !strings.HasSuffix(ke.File, "50-harden.conf") {
+		served := ""
+		if s != nil {
+			served = string(s.Current().KubeletConfiguration)
+		}
+		t.Fatalf("start with a hardening drop-in holding a refused value: error %v, want the drop-in and syncFrequency named; served %s", err, served)
+	}
+
+	// The same files, loaded before, that no longer load because the host changed under
+	// them (swap turned on with failSwapOn at its default): the kubelet refuses to start,
+	// and so does unitlet-config.
+	os.Remove(filepath.Join(f.dir, "config.d/50-harden.conf"))
+	f.service(t, nil)
+	swapOn := fakeHost("node-1", "10.0.0.1")
+	swapOn.swaps = func() ([]string, error) { return []string{"/swapfile"}, nil }
+	if _, err := newService(f.opts, f.store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), swapOn); err == nil || !strings.Contains(err.Error(), "failSwapOn") {
+		t.Errorf("start with unchanged files and swap turned on: %v, want the failSwapOn refusal", err)
+	}
+}
+
+// A start that loads removes the checkpoint where earlier releases kept the last
+// configuration that loaded: nothing reads it, and it holds the whole configuration.
+func TestStartRemovesTheRetiredLastGoodCheckpoint(t *testing.T) {
+	f := newFixture(t)
+	if err := f.store.Write(retiredLastGoodCheckpoint, []byte(`{"configFile":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.service(t, nil)
+	if _, err := f.store.Read(retiredLastGoodCheckpoint); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Errorf("the retired checkpoint after a start: %v, want it gone", err)
+	}
+}
+
+// A reload that fails is recorded on the Node as a Warning naming the file, the field and
+// the generation that stays; the first load after it as Normal. It does not fail the
+// health check (which feeds the watchdog: a restart with these files would stop).
+func TestAFailedReloadIsAnEventOnTheNode(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "config.yaml", permissive)
+	s := f.service(t, nil)
+
+	// A failure before the node's credentials are there is recorded once they are.
+	f.write(t, "config.d/50-harden.conf", hardening)
+	if err := s.Reload(TriggerFileChange); err == nil {
+		t.Fatal("a drop-in with a refused value reloaded")
+	}
+	rec := record.NewFakeRecorder(10)
+	s.setRecorder(rec)
+	want := func(what string, parts ...string) {
+		t.Helper()
+		select {
+		case ev := <-rec.Events:
+			for _, p := range parts {
+				if !strings.Contains(ev, p) {
+					t.Errorf("%s: event %q does not say %q", what, ev, p)
+				}
+			}
+		default:
+			t.Errorf("%s: no event", what)
+		}
+	}
+	want("a failure from before the recorder", "Warning KubeletConfigInvalid", "50-harden.conf", "syncFrequency", "Generation 1 stays in effect", "file-change")
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Errorf("health after a failed reload: %v, want it passing (the watchdog must not restart unitlet-config into a start that stops)", err)
+	}
+
+	if err := s.Reload(TriggerSignal); err == nil {
+		t.Fatal("a drop-in with a refused value reloaded")
+	}
+	want("a failed reload", "Warning KubeletConfigInvalid", "syncFrequency", "(signal)")
+	if s.Current().Generation != 1 {
+		t.Errorf("generation %d in effect after failed reloads, want 1", s.Current().Generation)
+	}
+
+	f.write(t, "config.d/50-harden.conf", strings.Replace(hardening, "syncFrequency: 5 parsecs\n", "", 1))
+	if err := s.Reload(TriggerSignal); err != nil {
+		t.Fatal(err)
+	}
+	want("the fix", "Normal KubeletConfigLoaded", "generation 2 in effect")
+	// Loads that follow a success are not events.
+	if err := s.Reload(TriggerSignal); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-rec.Events:
+		t.Errorf("an unchanged reload after a success recorded %q", ev)
+	default:
+	}
+}
+
+func TestAStuckLoadFailsTheHealthCheck(t *testing.T) {
+	s := newFixture(t).service(t, nil)
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("idle: %v", err)
+	}
+	s.mu.Lock() // a load that does not end
+	err := s.Healthy(context.Background())
+	s.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "under way for more than") {
+		t.Fatalf("with a load stuck: %v", err)
+	}
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("after it ended: %v", err)
+	}
+}
+
+// A start whose checkpoint writes fail (the root dir's disk full) serves the configuration
+// all the same and says so in the log: before, it ended the process as a configuration
+// error (exit 2, which its unit does not restart), and a disk full for a minute left the
+// node without unitlet-config for good.
+func TestStartServesTheConfigurationWhenItsRecordsCannotBeWritten(t *testing.T) {
+	f := newFixture(t)
+	dir := f.store.Dir()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil { // every write under it fails
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	s, err := newService(f.opts, f.store, nil, slog.New(slog.NewTextHandler(&logged, nil)), fakeHost("node-1", "10.0.0.1"))
+	if err != nil {
+		t.Fatalf("start with checkpoints that cannot be written: %v", err)
+	}
+	if c := s.Current(); c.Generation != 1 || c.Node.GetName() != "node-1" {
+		t.Errorf("served generation %d for node %q, want generation 1 of node-1", c.Generation, c.Node.GetName())
+	}
+	if !strings.Contains(logged.String(), "its generation is not recorded") {
+		t.Errorf("the log does not say the generation is not recorded:\n%s", logged.String())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/apiserver/pkg/server/healthz"
 
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
 	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
 	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/shared/bus"
@@ -33,6 +34,11 @@ var requiredServices = []string{"config", "podsync"}
 // nodeHealth is /healthz of the node agent, on the node API and on healthzPort: one check
 // per unitlet service, so a failure names the service. The kubelet's /healthz is its own
 // health; the node agent is six processes, and it is healthy only when all of them are.
+// unitlet-config is also unhealthy here while its last load failed (degraded: the
+// configuration in effect is not the one in the files), though its own health check
+// passes: that one feeds its watchdog, and a restart would stop it (services/config).
+// The Ready condition does not count it (checkServices): the node runs on as configured
+// before, and NotReady would have its pods evicted for an edit that never took effect.
 type nodeHealth struct {
 	socketDir string
 	// self is unitlet-status's own health (its loops).
@@ -54,7 +60,10 @@ func newNodeHealth(socketDir string, self func() error) *nodeHealth {
 		socketDir: socketDir,
 		self:      self,
 		probe: func(ctx context.Context, svc string) error {
-			return healthy(ctx, socketDir, svc, nodeHealthTimeout)
+			if err := healthy(ctx, socketDir, svc, nodeHealthTimeout); err != nil || svc != "config" {
+				return err
+			}
+			return configLoaded(ctx, socketDir, nodeHealthTimeout)
 		},
 		now:  time.Now,
 		seen: map[string]bool{},
@@ -138,6 +147,31 @@ func healthy(parent context.Context, socketDir, svc string, timeout time.Duratio
 		return waitedOrNot(parent, err, fmt.Errorf("unitlet-%s does not answer GetInfo: %s", svc, grpcstatus.Convert(err).Message()))
 	}
 	return nil
+}
+
+// configLoaded asks unitlet-config whether its last load of the configuration succeeded;
+// a failed one is the error, with unitlet-config's reason and the generation that stays.
+// A unitlet-config too old to say is taken as loaded.
+func configLoaded(parent context.Context, socketDir string, timeout time.Duration) error {
+	conn, err := bus.Dial(socketDir, "config", bus.WithConnectTimeout(timeout+time.Second))
+	if err != nil {
+		return fmt.Errorf("unitlet-config unreachable: %v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	resp, err := configv1.NewConfigServiceClient(conn).GetReloadStatus(ctx, &configv1.GetReloadStatusRequest{}, grpc.WaitForReady(false))
+	switch {
+	case grpcstatus.Code(err) == codes.Unimplemented:
+		return nil
+	case err != nil:
+		return waitedOrNot(parent, err, fmt.Errorf("unitlet-config does not answer GetReloadStatus: %s", grpcstatus.Convert(err).Message()))
+	}
+	st := resp.GetStatus()
+	if st.GetLastReloadSuccessful() || st.GetLastError() == "" {
+		return nil
+	}
+	return fmt.Errorf("unitlet-config degraded: the configuration did not load (%s); generation %d stays in effect", st.GetLastError(), st.GetGeneration())
 }
 
 // waitedOrNot is reported, marked nodestatus.ErrNoAnswerYet when err, a call's error, is

@@ -13,10 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/apiserver/pkg/server/healthz"
 
+	configv1 "github.com/unitlet/unitlet/proto/unitlet/config/v1"
+	daemonv1 "github.com/unitlet/unitlet/proto/unitlet/daemon/v1"
 	"github.com/unitlet/unitlet/services/status/nodestatus"
 	"github.com/unitlet/unitlet/shared/bus"
+	"github.com/unitlet/unitlet/shared/peercred"
 )
 
 func TestNodeHealthNamesEachService(t *testing.T) {
@@ -134,5 +140,62 @@ func TestACallQueuedOnASocketIsWaitingNotRefused(t *testing.T) {
 	}
 	if round := round[:1]; !errors.Is(round, nodestatus.ErrNoAnswerYet) {
 		t.Errorf("round %q of waits not counted as waiting", round)
+	}
+}
+
+// fakeConfig is unitlet-config on the bus: serving, with the reload status given.
+type fakeConfig struct {
+	configv1.UnimplementedConfigServiceServer
+	status *configv1.ReloadStatus
+}
+
+func (f fakeConfig) GetReloadStatus(context.Context, *configv1.GetReloadStatusRequest) (*configv1.GetReloadStatusResponse, error) {
+	return &configv1.GetReloadStatusResponse{Status: f.status}, nil
+}
+
+// serveConfig serves a unitlet-config in dir whose last load did (or did not) succeed; a
+// nil status serves one too old to have GetReloadStatus.
+func serveConfig(t *testing.T, dir string, status *configv1.ReloadStatus) {
+	t.Helper()
+	l, err := net.Listen("unix", bus.SocketPath(dir, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(peercred.NewCredentials()))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	daemonv1.RegisterDaemonServiceServer(srv, olderDaemon{})
+	if status != nil {
+		configv1.RegisterConfigServiceServer(srv, fakeConfig{status: status})
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+}
+
+// While unitlet-config's last load failed, the node's /healthz fails its unitlet-config
+// check with the reason, though unitlet-config itself serves (its own check feeds its
+// watchdog); the Ready condition's check of the services passes. Before, /healthz said ok.
+func TestNodeHealthFailsWhileTheConfigurationDoesNotLoad(t *testing.T) {
+	dir := t.TempDir()
+	serveConfig(t, dir, &configv1.ReloadStatus{LastReloadSuccessful: false, Generation: 4, Trigger: "signal",
+		LastError: "/etc/unitlet/config.d/50-harden.conf: field syncFrequency: invalid duration"})
+	h := newNodeHealth(dir, func() error { return nil })
+	err := h.probe(context.Background(), "config")
+	if err == nil || !strings.Contains(err.Error(), "unitlet-config degraded") || !strings.Contains(err.Error(), "syncFrequency") || !strings.Contains(err.Error(), "generation 4 stays in effect") {
+		t.Errorf("node health of unitlet-config whose reload failed: %v, want it degraded with the reason and generation 4", err)
+	}
+	if err := checkServices(dir)(context.Background()); err != nil {
+		t.Errorf("the services' check for Ready: %v, want it passing (the node runs on the configuration in effect)", err)
+	}
+
+	loaded := t.TempDir()
+	serveConfig(t, loaded, &configv1.ReloadStatus{LastReloadSuccessful: true, Generation: 5})
+	if err := newNodeHealth(loaded, func() error { return nil }).probe(context.Background(), "config"); err != nil {
+		t.Errorf("node health of unitlet-config whose last load succeeded: %v", err)
+	}
+	older := t.TempDir()
+	serveConfig(t, older, nil)
+	if err := newNodeHealth(older, func() error { return nil }).probe(context.Background(), "config"); err != nil {
+		t.Errorf("node health of a unitlet-config without GetReloadStatus: %v, want it healthy", err)
 	}
 }
