@@ -99,7 +99,7 @@ var appliedBy = map[string]string{
 	"shutdownGracePeriod":                    "podsync (graceful node shutdown), status (the Node not ready at once)",
 	"shutdownGracePeriodCriticalPods":        "podsync (graceful node shutdown)",
 	"shutdownGracePeriodByPodPriority":       "podsync (graceful node shutdown), status (the Node not ready at once)",
-	"enableDebuggingHandlers":                "status: exec, attach, port forwarding, run and container logs on the node API",
+	"enableDebuggingHandlers":                "status: exec, attach, port forwarding, run, container logs, `/logs/` and `/configz` on the node API",
 	"enableSystemLogHandler":                 "status: /logs/ on the node API, the files under /var/log (with enableDebuggingHandlers)",
 	"enableSystemLogQuery":                   "status: the node log query on /logs/, the journal of the node's services (journalctl)",
 	"healthzPort":                            "status: /healthz over plain HTTP",
