@@ -63,9 +63,11 @@ type Service struct {
 	hub     *watch.Hub[[]*podsyncv1.Pod]
 	// staticChanged has a value when static or mirror pods changed since it was last read.
 	staticChanged chan struct{}
-	// eviction is unitlet-eviction's admission verdict, nil without it; events records,
-	// per pod, that it was admitted without that verdict.
-	eviction *evictionCheck
+	// eviction is unitlet-eviction's admission verdict, nil without it (eviction.go); a pod
+	// it holds waits, neither admitted nor rejected, and is admitted again when the pods
+	// change or when evictionRetryArmed's timer fires.
+	eviction           *evictionCheck
+	evictionRetryArmed bool
 	// shutdown is graceful node shutdown's admission check, nil when it is off.
 	shutdown func() (ok bool, reason, message string)
 	events   podworker.Recorder
@@ -91,7 +93,8 @@ type ServiceOptions struct {
 	// asks it for its verdict on node pressure (eviction.go). Either empty: no verdicts.
 	EvictionSocket string
 	Eviction       EvictionAdmitter
-	// Events records pod events (AdmittedWithoutEvictionCheck); nil: none.
+	// Events records pod events (AdmittedWithoutEvictionCheck, WaitingForEvictionCheck);
+	// nil: none.
 	Events podworker.Recorder
 	// Shutdown refuses new pods while the node shuts down (nodeshutdown.Manager.Admit);
 	// nil: graceful node shutdown is off.
@@ -216,6 +219,8 @@ func (s *Service) recomputeLocked() {
 		if _, ok := s.desired[uid]; ok {
 			if s.admitted[uid] {
 				s.workers.Update(p, src[uid])
+			} else if s.eviction != nil && s.eviction.isHeld(uid) {
+				added = append(added, p) // still waits for eviction: admitted in order
 			}
 			continue
 		}
@@ -229,16 +234,37 @@ func (s *Service) recomputeLocked() {
 		}
 	}
 	s.desired, s.sourceOf = next, src
-	sort.Slice(added, func(i, j int) bool {
-		a, b := added[i], added[j]
+	s.admitInOrderLocked(added)
+}
+
+// admitInOrderLocked admits pods in the kubelet's order: by creation, then UID.
+func (s *Service) admitInOrderLocked(pods []*corev1.Pod) {
+	sort.Slice(pods, func(i, j int) bool {
+		a, b := pods[i], pods[j]
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}
 		return a.UID < b.UID
 	})
-	for _, p := range added {
-		s.admitLocked(p, src[p.UID])
+	for _, p := range pods {
+		s.admitLocked(p, s.sourceOf[p.UID])
 	}
+}
+
+// retryHeld admits again the pods held for unitlet-eviction's verdict, in order.
+func (s *Service) retryHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evictionRetryArmed = false
+	var held []*corev1.Pod
+	for _, uid := range s.eviction.heldPods() {
+		if p := s.desired[uid]; p != nil {
+			held = append(held, p)
+		} else {
+			s.eviction.forget(uid)
+		}
+	}
+	s.admitInOrderLocked(held)
 }
 
 // admitLocked runs admission for a new pod, then asks unitlet-eviction; an admitted pod
@@ -246,6 +272,9 @@ func (s *Service) recomputeLocked() {
 func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		// Nothing to admit: a worker still stops whatever the runtime has of it.
+		if s.eviction != nil {
+			s.eviction.forget(p.UID)
+		}
 		s.admitted[p.UID] = true
 		s.workers.Update(p, source)
 		return
@@ -268,18 +297,35 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 		}
 	}
 	if r.Admit && s.eviction != nil && !s.running(p.UID) {
-		// Node pressure: unitlet-eviction's verdict, failing open (eviction.go). Static pods
-		// are asked too: it is eviction that lets critical pods in. A pod the runtime
-		// already runs was admitted by an earlier podsync: a restart of podsync must not
-		// turn it away for pressure (the kubelet's eviction manager has no verdict yet when
-		// the kubelet re-admits its pods at start; eviction itself decides what goes).
-		v, unchecked := s.eviction.verdict(p)
-		if unchecked != "" && s.events != nil {
-			s.events.Event(p, corev1.EventTypeNormal, "AdmittedWithoutEvictionCheck", "Admitted without a node-pressure check: "+unchecked)
+		// Node pressure: unitlet-eviction's verdict, or a hold while it does not answer
+		// (eviction.go). Static pods are asked too: it is eviction that lets critical pods
+		// in. A pod the runtime already runs was admitted by an earlier podsync: a restart
+		// of podsync must not turn it away for pressure (the kubelet's eviction manager has
+		// no verdict yet when the kubelet re-admits its pods at start; eviction itself
+		// decides what goes).
+		v := s.eviction.verdict(p)
+		if v.event != "" && s.events != nil {
+			s.events.Event(p, v.eventType, v.eventReason, v.event)
 		}
-		if !v.Admit {
-			r = v
+		if v.hold {
+			if v.event != "" {
+				s.log.Info("pod held until unitlet-eviction answers", "pod", p.Namespace+"/"+p.Name, "why", v.event)
+			}
+			if !s.evictionRetryArmed {
+				s.evictionRetryArmed = true
+				t := s.clk.NewTimer(evictionRetry)
+				go func() {
+					<-t.C()
+					s.retryHeld()
+				}()
+			}
+			return
 		}
+		if !v.result.Admit {
+			r = v.result
+		}
+	} else if s.eviction != nil {
+		s.eviction.forget(p.UID)
 	}
 	if !r.Admit {
 		s.metrics.rejected.WithLabelValues(r.Reason).Inc()
@@ -310,6 +356,9 @@ func (s *Service) terminal(uid types.UID) bool {
 }
 
 func (s *Service) forgetLocked(uid types.UID) {
+	if s.eviction != nil {
+		s.eviction.forget(uid)
+	}
 	delete(s.admitted, uid)
 	delete(s.rejected, uid)
 	if o := s.observed[uid]; o != nil {

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/shared/usage"
 )
 
 // fsStats is one file system's size and free space, as cadvisor's vfs stats read them.
@@ -78,49 +80,15 @@ func (s *Source) runtimeFs(ctx context.Context) (image fsStats, imageErr error, 
 	return image, imageErr, container, containerErr, false
 }
 
-// diskUsage is the kubelet's du of path: the blocks allocated (times 512) and the inodes of
-// path and everything below it, a file with several links counted once, entries on another
-// device than path's (mounts below it) left out. Files that vanish meanwhile are not used.
+// diskUsage is the kubelet's du of path (usage.DiskUsage): the blocks allocated (times
+// 512) and the inodes of path and everything below it, a file with several links counted
+// once, entries on another device than path's (mounts below it) left out. Files that
+// vanish meanwhile are not used. The walk is bounded in memory (streamed directory reads,
+// a capped set of hard-linked inodes, a depth limit): whatever a pod writes into a volume,
+// measuring it does not take this service past its MemoryMax=. With usage.ErrTooDeep the
+// counts are a lower bound, and the caller keeps them.
 func diskUsage(path string) (bytes, inodes int64, err error) {
-	var top unix.Stat_t
-	if err := unix.Stat(path, &top); err != nil {
-		return 0, 0, fmt.Errorf("measure %s: %w", path, err)
-	}
-	linked := map[uint64]struct{}{}
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil
-			}
-			return fmt.Errorf("lstat %s: %w", p, err)
-		}
-		if st.Dev != top.Dev {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			if _, seen := linked[st.Ino]; seen {
-				return nil
-			}
-			linked[st.Ino] = struct{}{}
-		}
-		bytes += st.Blocks * 512
-		inodes++
-		return nil
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("measure %s: %w", path, err)
-	}
-	return bytes, inodes, nil
+	return usage.DiskUsage(path)
 }
 
 // filesUsage is the du of each file (not directory) directly in dir, summed: how the

@@ -54,7 +54,7 @@ type Options struct {
 	ProcRoot string
 	// VolumeStatsPeriod is how long Pods reuses a pod's volume measurement, since walking
 	// large volumes is costly: the kubelet's volumeStatsAggPeriod (1m by default). 0
-	// measures them on every call.
+	// measures them on every call. The walks run in the background (see refreshVolumes).
 	VolumeStatsPeriod time.Duration
 }
 
@@ -97,6 +97,13 @@ type Source struct {
 
 	mu      sync.Mutex
 	volumes map[types.UID]volumeUsage // the last measurement of each pod's volumes
+	// inflight is closed when the walk of a pod's volumes under way ends; walks lets
+	// maxWalks run at once; Pods waits at most volumeWait for walks. measure walks a pod's
+	// volumes (measureVolumes; a test's stand-in).
+	inflight   map[types.UID]chan struct{}
+	walks      chan struct{}
+	volumeWait time.Duration
+	measure    func(types.UID) volumeUsage
 }
 
 // New checks the options and finds the cgroup hierarchies. RootDir and Runtime are
@@ -128,7 +135,10 @@ func New(o Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}
-	return &Source{o: o, h: h, kubepods: kubepods, driver: o.CgroupDriver, procRoot: o.ProcRoot, sampleGap: time.Second, volumes: map[types.UID]volumeUsage{}}, nil
+	s := &Source{o: o, h: h, kubepods: kubepods, driver: o.CgroupDriver, procRoot: o.ProcRoot, sampleGap: time.Second,
+		volumes: map[types.UID]volumeUsage{}, inflight: map[types.UID]chan struct{}{}, walks: make(chan struct{}, maxWalks), volumeWait: volumeWait}
+	s.measure = s.measureVolumes
+	return s, nil
 }
 
 // CgroupV2 reports whether the node runs the unified cgroup v2 hierarchy.

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/unitlet/unitlet/shared/cgroupfile"
+	"github.com/unitlet/unitlet/shared/usage"
 )
 
 // The labels the kubelet (and podsync) puts on every container.
@@ -142,14 +143,14 @@ func (s *Source) Pods(ctx context.Context) (map[types.UID]Pod, error) {
 	}
 
 	cgroups, cgroupsErr := s.podCgroups()
-	now := time.Now()
 	s.forgetVolumes(pods)
+	s.refreshVolumes(slices.Collect(maps.Keys(pods)), time.Now())
 	out := make(map[types.UID]Pod, len(pods))
 	for uid, p := range pods {
 		slices.SortFunc(p.Containers, func(a, b Container) int { return cmp.Compare(a.Name, b.Name) })
 		var errs []error
 		errs = append(errs, s.podLogs(p)...)
-		errs = append(errs, s.podVolumes(p, now)...)
+		errs = append(errs, s.podVolumes(p)...)
 		errs = append(errs, s.podCgroup(p, cgroups, cgroupsErr)...)
 		p.Err = errors.Join(errs...)
 		out[uid] = *p
@@ -176,31 +177,89 @@ func (s *Source) podLogs(p *Pod) []error {
 	return errs
 }
 
-// volumeUsage is what a pod's volumes use, measured at one time.
+// volumeUsage is what a pod's volumes use, measured by one walk that ended at at.
 type volumeUsage struct {
 	at                     time.Time
 	volumes, memory, inode map[string]int64
 	errs                   []error
 }
 
-// podVolumes measures the pod's local ephemeral volumes (or takes a measurement younger
-// than VolumeStatsPeriod) and its hosts file, under <RootDir>/pods/<uid>.
-func (s *Source) podVolumes(p *Pod, now time.Time) []error {
-	var u volumeUsage
+const (
+	// volumeWait is how long Pods waits for the walks of pods' volumes under way (see
+	// refreshVolumes).
+	volumeWait = 2 * time.Second
+	// maxWalks is how many pods' volumes are walked at once: a slow walk does not hold up
+	// the other pods' measurements, and the walks' memory stays bounded (each walk at most
+	// some 13 MiB, usually far less; usage.Measure) within the unit's MemoryMax=.
+	maxWalks = 4
+)
+
+// refreshVolumes starts a walk of the volumes of each pod in uids whose last measurement is
+// older than VolumeStatsPeriod (unless one is under way), and waits at most volumeWait for
+// those walks. As the kubelet's volume stat calculators, the walks run in the background,
+// here maxWalks at a time, and the caller takes the latest measurement: a volume that takes
+// long to walk (a million entries, on a slow disk) delays no round of the eviction loop
+// by more than volumeWait, its pod being judged on its previous measurement meanwhile.
+func (s *Source) refreshVolumes(uids []types.UID, now time.Time) {
+	var pending []chan struct{}
 	s.mu.Lock()
-	cached, ok := s.volumes[p.UID]
-	s.mu.Unlock()
-	if ok && s.o.VolumeStatsPeriod > 0 && now.Sub(cached.at) < s.o.VolumeStatsPeriod {
-		u = cached
-	} else {
-		u = s.measureVolumes(p.UID)
-		u.at = now
-		s.mu.Lock()
-		s.volumes[p.UID] = u
-		s.mu.Unlock()
+	for _, uid := range uids {
+		if c, ok := s.volumes[uid]; ok && s.o.VolumeStatsPeriod > 0 && now.Sub(c.at) < s.o.VolumeStatsPeriod {
+			continue
+		}
+		done, busy := s.inflight[uid]
+		if !busy {
+			done = make(chan struct{})
+			s.inflight[uid] = done
+			go s.walkVolumes(uid, done)
+		}
+		pending = append(pending, done)
 	}
-	p.Volumes, p.MemoryVolumes, p.VolumeInodes = maps.Clone(u.volumes), maps.Clone(u.memory), maps.Clone(u.inode)
-	errs := slices.Clone(u.errs)
+	s.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	t := time.NewTimer(s.volumeWait)
+	defer t.Stop()
+	for _, done := range pending {
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// walkVolumes measures a pod's volumes when fewer than maxWalks other walks run, keeps the
+// measurement as of the walk's end, and closes done. The next walk of the pod's volumes
+// thus starts VolumeStatsPeriod after this one ended, as the kubelet's calculators wait a
+// full period after each calculation: a walk that takes as long as the period does not
+// turn into one walk after another.
+func (s *Source) walkVolumes(uid types.UID, done chan struct{}) {
+	s.walks <- struct{}{}
+	u := s.measure(uid)
+	<-s.walks
+	u.at = time.Now()
+	s.mu.Lock()
+	s.volumes[uid] = u
+	delete(s.inflight, uid)
+	s.mu.Unlock()
+	close(done)
+}
+
+// podVolumes gives the pod its volumes' latest measurement (refreshVolumes) and measures
+// its hosts file, under <RootDir>/pods/<uid>.
+func (s *Source) podVolumes(p *Pod) []error {
+	s.mu.Lock()
+	u, ok := s.volumes[p.UID]
+	s.mu.Unlock()
+	var errs []error
+	if ok {
+		p.Volumes, p.MemoryVolumes, p.VolumeInodes = maps.Clone(u.volumes), maps.Clone(u.memory), maps.Clone(u.inode)
+		errs = slices.Clone(u.errs)
+	} else {
+		errs = append(errs, fmt.Errorf("volumes: not measured yet (the first walk of them has taken more than %s so far)", s.volumeWait))
+	}
 
 	hosts := filepath.Join(s.podsDir(), string(p.UID), "etc-hosts")
 	if _, err := os.Lstat(hosts); err == nil {
@@ -262,7 +321,11 @@ func (s *Source) measureVolumes(uid types.UID) volumeUsage {
 			used, inodes, err := diskUsage(dir)
 			if err != nil {
 				u.errs = append(u.errs, fmt.Errorf("volume %s: %w", e.Name(), err))
-				continue
+				if !errors.Is(err, usage.ErrTooDeep) {
+					continue
+				}
+				// What lies above the depth walked is used all the same: a lower bound
+				// counts against the pod, where dropping the volume would count nothing.
 			}
 			add(&u.inode, e.Name(), inodes)
 			if plugin == ephemeralVolumePlugins[0] && st.Dev != parent.Dev {

@@ -2,16 +2,20 @@ package observe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/unitlet/unitlet/shared/usage"
 )
 
 const mib = int64(1) << 20
@@ -362,5 +366,115 @@ func TestPodVolumesReused(t *testing.T) {
 	write(t, cache, "f3", strings.Repeat("c", 100<<10))
 	if got := used(); got <= before {
 		t.Errorf("without a period: %d, want more than %d", got, before)
+	}
+}
+
+// TestPodVolumeDeeperThanTheWalkCountsWhatIsAbove: an emptyDir nested deeper than the walk
+// goes (usage.ErrTooDeep) still counts against the pod with what lies above that depth, a
+// lower bound, and the pod's Err says what was left out; dropping the volume would count
+// nothing of it.
+func TestPodVolumeDeeperThanTheWalkCountsWhatIsAbove(t *testing.T) {
+	mnt, proc, root := v1Fixture(t), procFixture(t), t.TempDir()
+	deep := filepath.Join(root, "pods", "aaaa-1111", "volumes", "kubernetes.io~empty-dir", "deep")
+	write(t, deep, "big", strings.Repeat("a", 1<<20))
+	fd, err := unix.Open(deep, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1100 {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	s, err := New(Options{CgroupMount: mnt, CgroupDriver: "cgroupfs", RootDir: root, PodLogsDir: t.TempDir(), ProcRoot: proc, Runtime: podsRuntime(root)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := s.Pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pods["aaaa-1111"]
+	if !errors.Is(a.Err, usage.ErrTooDeep) || !strings.Contains(a.Err.Error(), "volume deep") {
+		t.Errorf("pod a: error %v, want volume deep's usage.ErrTooDeep", a.Err)
+	}
+	if got := a.Volumes["deep"]; got < 1<<20 {
+		t.Errorf("emptyDir deep uses %d, want at least its 1 MiB file (what is above the depth walked)", got)
+	}
+	if got := a.VolumeInodes["deep"]; got < 1000 {
+		t.Errorf("emptyDir deep has %d inodes, want the directories walked", got)
+	}
+}
+
+// TestSlowVolumeWalkDoesNotStallPods: a walk of a pod's volumes that takes long (a volume
+// with a million entries) runs in the background: Pods returns after volumeWait with what
+// it has (nothing yet, said in the pod's Err; later the previous measurement), starts no
+// second walk of the same pod meanwhile, and takes the walk's result once it ends.
+func TestSlowVolumeWalkDoesNotStallPods(t *testing.T) {
+	mnt, proc, root := v1Fixture(t), procFixture(t), t.TempDir()
+	s, err := New(Options{CgroupMount: mnt, CgroupDriver: "cgroupfs", RootDir: root, PodLogsDir: t.TempDir(), ProcRoot: proc, Runtime: podsRuntime(root)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.volumeWait = 50 * time.Millisecond
+	release := make(chan struct{})
+	var mu sync.Mutex
+	walks := map[types.UID]int{}
+	s.measure = func(uid types.UID) volumeUsage {
+		mu.Lock()
+		walks[uid]++
+		n := walks[uid]
+		mu.Unlock()
+		if uid == "aaaa-1111" {
+			<-release
+		}
+		return volumeUsage{volumes: map[string]int64{"data": int64(n) * mib}}
+	}
+	pods := func() map[types.UID]Pod {
+		t.Helper()
+		start := time.Now()
+		p, err := s.Pods(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("Pods took %s while a walk was under way, want about volumeWait (%s)", took, s.volumeWait)
+		}
+		return p
+	}
+
+	// A walk of a's volumes is under way: a has none yet, and says so.
+	first := pods()
+	if a := first["aaaa-1111"]; a.Volumes != nil || a.Err == nil || !strings.Contains(a.Err.Error(), "volumes: not measured yet") {
+		t.Errorf("a during its first walk: volumes %v, error %v; want none, and an error saying the walk is under way", a.Volumes, a.Err)
+	}
+	if b := first["bbbb-2222"]; b.Volumes["data"] != mib {
+		t.Errorf("b: volumes %v, want its walk's result: a's slow walk does not hold it up", b.Volumes)
+	}
+	pods()
+	mu.Lock()
+	if walks["aaaa-1111"] != 1 {
+		t.Errorf("%d walks of a's volumes, want 1: none started while one is under way", walks["aaaa-1111"])
+	}
+	mu.Unlock()
+
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := pods()["aaaa-1111"]
+		if a.Volumes["data"] >= mib {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's walk ended and its result never came: volumes %v, error %v", a.Volumes, a.Err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
