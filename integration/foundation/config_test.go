@@ -98,7 +98,7 @@ func TestBadConfigAtStartExits2(t *testing.T) {
 func TestReloadKeepsLastKnownGood(t *testing.T) {
 	n := newNode(t)
 	metrics := filepath.Join(n.socketDir, "config-metrics.sock")
-	p := start(t, binary(t, "unitlet-config"), n.args(), append(n.env(), "UNITLET_METRICS_ADDR=unix:"+metrics))
+	p := start(t, binary(t, "unitlet-config"), n.args(), append(n.env(), "UNITLET_METRICS_SOCKET="+metrics))
 	waitSocket(t, p, n.socket())
 	conn := dial(t, n.socket())
 	good := getConfig(t, conn)

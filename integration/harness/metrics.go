@@ -12,12 +12,14 @@ import (
 	"strings"
 )
 
-// A node's Metrics entry for a service is its UNITLET_METRICS_ADDR, in one of two forms:
+// A node's Metrics entry for a service is one of two forms:
 //
-//   - host:port: a TCP listener, which serves /healthz alone (it has no authentication);
-//   - unix:NAME: a Unix socket named NAME in the node's socket directory (/run/unitlet in
-//     an nspawn or vm machine, NodeSocketDir on the host, the same directory for an nspawn
-//     node), which serves /metrics, /metrics/<name> and the service's pages.
+//   - host:port: its UNITLET_METRICS_ADDR, a TCP listener, which serves /healthz alone (it
+//     has no authentication);
+//   - unix:NAME: its UNITLET_METRICS_SOCKET, a Unix socket named NAME in the node's socket
+//     directory (/run/unitlet in an nspawn or vm machine, NodeSocketDir on the host, the
+//     same directory for an nspawn node), which serves /metrics, /metrics/<name> and the
+//     service's pages; a machine's unit keeps its loopback port beside it.
 const metricsUnix = "unix:"
 
 // checkMetrics checks node n's metrics entries: each for a service it runs, each value one of
@@ -44,21 +46,25 @@ func checkMetrics(n Node) error {
 	return nil
 }
 
-// metricsAddr is the UNITLET_METRICS_ADDR of service svc of node n, whose socket directory
-// is socketDir as the service sees it; "" when the stack gives the service none.
-func metricsAddr(n Node, svc, socketDir string) string {
+// metricsEnv is the environment setting of service svc of node n for its metrics entry,
+// whose socket directory is socketDir as the service sees it: UNITLET_METRICS_ADDR=host:port
+// or UNITLET_METRICS_SOCKET=<socketDir>/NAME; "" when the stack gives the service none.
+func metricsEnv(n Node, svc, socketDir string) string {
 	addr := n.Metrics[svc]
-	if name, ok := strings.CutPrefix(addr, metricsUnix); ok {
-		return metricsUnix + filepath.Join(socketDir, name)
+	switch name, ok := strings.CutPrefix(addr, metricsUnix); {
+	case addr == "":
+		return ""
+	case ok:
+		return "UNITLET_METRICS_SOCKET=" + filepath.Join(socketDir, name)
 	}
-	return addr
+	return "UNITLET_METRICS_ADDR=" + addr
 }
 
 // metricsDropIn is the part of the drop-in for service svc of machine node n that sets its
-// metrics listener, as an operator opts in.
+// metrics listener, as an operator opts in: a socket beside the unit's loopback port.
 func metricsDropIn(n Node, svc string) string {
-	if addr := metricsAddr(n, svc, "/run/unitlet"); addr != "" {
-		return fmt.Sprintf("Environment=UNITLET_METRICS_ADDR=%s\n", addr)
+	if env := metricsEnv(n, svc, "/run/unitlet"); env != "" {
+		return fmt.Sprintf("Environment=%s\n", env)
 	}
 	return ""
 }

@@ -32,16 +32,16 @@ func TestLoadStackMetrics(t *testing.T) {
 func TestMetricsAddr(t *testing.T) {
 	n := Node{Metrics: map[string]string{"podsync": "unix:podsync-metrics.sock", "config": "127.0.0.1:10271"}}
 	for svc, want := range map[string]string{
-		"podsync": "unix:/run/unitlet/podsync-metrics.sock",
-		"config":  "127.0.0.1:10271",
+		"podsync": "UNITLET_METRICS_SOCKET=/run/unitlet/podsync-metrics.sock",
+		"config":  "UNITLET_METRICS_ADDR=127.0.0.1:10271",
 		"status":  "",
 	} {
-		if got := metricsAddr(n, svc, "/run/unitlet"); got != want {
-			t.Errorf("metricsAddr(%s) = %q, want %q", svc, got, want)
+		if got := metricsEnv(n, svc, "/run/unitlet"); got != want {
+			t.Errorf("metricsEnv(%s) = %q, want %q", svc, got, want)
 		}
 	}
 	for svc, want := range map[string]string{
-		"podsync": "Environment=UNITLET_METRICS_ADDR=unix:/run/unitlet/podsync-metrics.sock\n",
+		"podsync": "Environment=UNITLET_METRICS_SOCKET=/run/unitlet/podsync-metrics.sock\n",
 		"config":  "Environment=UNITLET_METRICS_ADDR=127.0.0.1:10271\n",
 		"status":  "",
 	} {

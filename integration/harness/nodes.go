@@ -55,8 +55,8 @@ func (h *Harness) nodeComponents(n Node, f *controlPlaneFiles) []component {
 					return nil, err
 				}
 				env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
-				if addr := metricsAddr(n, svc, h.NodeSocketDir(n.Name)); addr != "" {
-					env = append(env, "UNITLET_METRICS_ADDR="+addr)
+				if m := metricsEnv(n, svc, h.NodeSocketDir(n.Name)); m != "" {
+					env = append(env, m)
 				}
 				if n.CertificateLifetime != "" && (svc == "config" || svc == "certs") {
 					env = append(env, "UNITLET_CERTIFICATE_LIFETIME="+n.CertificateLifetime)
@@ -113,8 +113,8 @@ func (h *Harness) hostServiceFrom(n Node, svc, bin string) component {
 // hostServiceEnv is the environment of a host service of n beyond the harness's own.
 func (h *Harness) hostServiceEnv(n Node, svc string) []string {
 	env := []string{"UNITLET_SOCKET_DIR=" + h.NodeSocketDir(n.Name), "UNITLET_LOG_LEVEL=debug"}
-	if addr := metricsAddr(n, svc, h.NodeSocketDir(n.Name)); addr != "" {
-		env = append(env, "UNITLET_METRICS_ADDR="+addr)
+	if m := metricsEnv(n, svc, h.NodeSocketDir(n.Name)); m != "" {
+		env = append(env, m)
 	}
 	return env
 }

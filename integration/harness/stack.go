@@ -67,7 +67,7 @@ type Node struct {
 	Backend string `json:"backend"`
 	// Services are the unitlet services the node runs, e.g. [config].
 	Services []string `json:"services"`
-	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR): a process node's
+	// Metrics gives services a metrics listener (UNITLET_METRICS_ADDR or _SOCKET): a process node's
 	// environment, an nspawn or vm node's unit drop-in (its units set their own loopback
 	// addresses otherwise). host:port serves /healthz alone; unix:NAME is a socket NAME in
 	// the node's socket directory that serves /metrics and the service's pages too (see

@@ -18,16 +18,15 @@ func TestGoMemoryLimitFollowsEachUnitsMemoryMax(t *testing.T) {
 	n := vmNode(t)
 	for _, svc := range n.Services {
 		unit := "unitlet-" + svc + ".service"
-		// The harness's drop-in's address, after (or in place of) the unit's loopback port.
+		// The harness's drop-in's socket, beside the unit's loopback port.
 		addr := ""
 		for _, kv := range strings.Fields(stack.UnitProps(t, n.Name, unit, "Environment")["Environment"]) {
-			if v, ok := strings.CutPrefix(kv, "UNITLET_METRICS_ADDR="); ok {
+			if v, ok := strings.CutPrefix(kv, "UNITLET_METRICS_SOCKET="); ok {
 				addr = v
 			}
 		}
-		addr, ok := strings.CutPrefix(addr, "unix:")
-		if !ok {
-			t.Fatalf("%s: UNITLET_METRICS_ADDR %q, want the stack's unix: socket (a TCP port serves /healthz alone)", unit, addr)
+		if addr == "" {
+			t.Fatalf("%s: no UNITLET_METRICS_SOCKET, want the stack's socket (a TCP port serves /healthz alone)", unit)
 		}
 		// The guest has perl and no HTTP client: a plain GET over the socket.
 		body := stack.InNode(t, n.Name, "perl", "-MIO::Socket::UNIX", "-e",

@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	bootstrap := NewBootstrapper(svc.Current, cfg.CertificateLifetime, d.Registry(), log)
 	configv1.RegisterConfigServiceServer(d.Server(), NewServer(svc, bootstrap))
-	// On the metrics listener only when that is a Unix socket (UNITLET_METRICS_ADDR=unix:...);
+	// On the metrics listener only when that is a Unix socket (UNITLET_METRICS_SOCKET);
 	// a TCP one serves /healthz alone. The node API's /configz is unitlet-status's.
 	d.HandleHTTP("/configz", http.HandlerFunc(svc.ServeConfigz))
 	d.OnReload(func(context.Context) { _ = svc.Reload(TriggerSignal) })

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -214,16 +215,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 
-	// Metrics HTTP server: /healthz, and on a Unix socket /metrics and the service's pages.
-	if ls.metrics != nil {
+	// Metrics HTTP servers: /healthz, and on a Unix socket /metrics and the service's pages.
+	for _, l := range ls.http() {
 		handler := d.healthz
-		if servesPages(ls.metrics) {
+		if servesPages(l) {
 			handler = d.mux
 		}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		g.Add(func() error {
-			if err := srv.Serve(ls.metrics); !errors.Is(err, http.ErrServerClosed) && !isClosed(err) {
-				return fmt.Errorf("serve metrics: %w", err)
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) && !isClosed(err) {
+				return fmt.Errorf("serve metrics on %s: %w", l.Addr(), err)
 			}
 			return nil
 		}, func(error) {
@@ -268,22 +269,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
+// metricsAddr is, for the log, the metrics listeners' addresses.
 func metricsAddr(ls *listeners) string {
-	if ls.metrics == nil {
-		return ""
+	var out []string
+	for _, l := range ls.http() {
+		out = append(out, l.Addr().String())
 	}
-	return ls.metrics.Addr().String()
+	return strings.Join(out, " ")
 }
 
-// metricsPages says, for the log, what the metrics listener serves.
+// metricsPages says, for the log, what each metrics listener serves.
 func metricsPages(ls *listeners) string {
-	switch {
-	case ls.metrics == nil:
-		return "none"
-	case servesPages(ls.metrics):
-		return "all"
+	var out []string
+	for _, l := range ls.http() {
+		if servesPages(l) {
+			out = append(out, "all")
+		} else {
+			out = append(out, "/healthz only")
+		}
 	}
-	return "/healthz only"
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // drain stops the gRPC server gracefully, forcing the stop after ShutdownTimeout.

@@ -86,7 +86,16 @@ func startDaemon(t *testing.T, metricsAddr string, check func(context.Context) e
 	t.Helper()
 	dir := t.TempDir()
 	var s Settings
-	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir, "UNITLET_METRICS_ADDR": metricsAddr, "UNITLET_SHUTDOWN_TIMEOUT": "2s"}); err != nil {
+	env := map[string]string{"UNITLET_SOCKET_DIR": dir, "UNITLET_SHUTDOWN_TIMEOUT": "2s"}
+	// "unix:PATH" here is UNITLET_METRICS_SOCKET=PATH beside a TCP UNITLET_METRICS_ADDR,
+	// as a unit's drop-in opts in.
+	if path, ok := strings.CutPrefix(metricsAddr, "unix:"); ok {
+		env["UNITLET_METRICS_SOCKET"] = path
+		env["UNITLET_METRICS_ADDR"] = "127.0.0.1:0"
+	} else {
+		env["UNITLET_METRICS_ADDR"] = metricsAddr
+	}
+	if err := envconfig.Parse(&s, env); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Validate(); err != nil {
@@ -237,7 +246,7 @@ func TestSettings(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, ok := range []string{"127.0.0.1:10271", ":10271", "[::1]:0", "localhost:10271", "unix:/run/unitlet/config-metrics.sock"} {
+	for _, ok := range []string{"127.0.0.1:10271", ":10271", "[::1]:0", "localhost:10271"} {
 		s := s
 		s.MetricsAddr = ok
 		if err := s.Validate(); err != nil {
@@ -250,9 +259,11 @@ func TestSettings(t *testing.T) {
 		"UNITLET_LOG_FORMAT=xml":                   "UNITLET_LOG_FORMAT",
 		"UNITLET_SHUTDOWN_TIMEOUT=0s":              "UNITLET_SHUTDOWN_TIMEOUT",
 		"UNITLET_SHUTDOWN_TIMEOUT=a week":          "SHUTDOWN_TIMEOUT",
-		"UNITLET_METRICS_ADDR=unix:run/x.sock":     "UNITLET_METRICS_ADDR",
-		"UNITLET_METRICS_ADDR=unix:@abstract":      "UNITLET_METRICS_ADDR",
-		"UNITLET_METRICS_ADDR=unix:/run/../x.sock": "UNITLET_METRICS_ADDR",
+		"UNITLET_METRICS_SOCKET=run/x.sock":        "UNITLET_METRICS_SOCKET",
+		"UNITLET_METRICS_SOCKET=@abstract":         "UNITLET_METRICS_SOCKET",
+		"UNITLET_METRICS_SOCKET=/run/../x.sock":    "UNITLET_METRICS_SOCKET",
+		"UNITLET_METRICS_SOCKET=unix:/run/x.sock":  "UNITLET_METRICS_SOCKET",
+		"UNITLET_METRICS_ADDR=unix:/run/x.sock":    "UNITLET_METRICS_SOCKET=/absolute/path",
 		"UNITLET_METRICS_ADDR=/run/unitlet/x.sock": "UNITLET_METRICS_ADDR",
 		"UNITLET_METRICS_ADDR=127.0.0.1":           "UNITLET_METRICS_ADDR",
 		"UNITLET_METRICS_ADDR=127.0.0.1:metrics":   "UNITLET_METRICS_ADDR",
@@ -326,7 +337,7 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	// A file that is not a socket is never removed.
 	other := filepath.Join(dir, "file.sock")
 	os.WriteFile(other, []byte("precious"), 0o644)
-	if _, err := listenUnix(other, metricsSocket); err == nil || !strings.Contains(err.Error(), "not a socket") || !strings.Contains(err.Error(), "UNITLET_METRICS_ADDR") {
+	if _, err := listenUnix(other, metricsSocket); err == nil || !strings.Contains(err.Error(), "not a socket") || !strings.Contains(err.Error(), "UNITLET_METRICS_SOCKET") {
 		t.Fatalf("regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(other); string(b) != "precious" {

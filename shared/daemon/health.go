@@ -106,6 +106,6 @@ func (d *Daemon) serveHealthzOnly(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusNotFound)
-	fmt.Fprintf(w, "404 page not found: this unauthenticated TCP listener serves /healthz only; the node's metrics are on the node API (authenticated, port 10250 by default), and unitlet-%s serves its own on a Unix socket with %sMETRICS_ADDR=unix:/run/unitlet/%s-metrics.sock\n",
+	fmt.Fprintf(w, "404 page not found: this unauthenticated TCP listener serves /healthz only; the node's metrics are on the node API (authenticated, port 10250 by default), and unitlet-%s serves its own on a Unix socket with %sMETRICS_SOCKET=/run/unitlet/%s-metrics.sock\n",
 		d.opts.Service, envconfig.Prefix, d.opts.Service)
 }

@@ -31,18 +31,30 @@ const SocketGroup = "unitlet"
 
 // listeners are the sockets the process serves on.
 type listeners struct {
-	grpc      net.Listener
-	metrics   net.Listener // nil: no metrics listener
-	activated bool         // the bus socket came from systemd
+	grpc net.Listener
+	// metrics is the TCP listener (UNITLET_METRICS_ADDR) or the one systemd passed named
+	// "metrics"; pages the Unix socket of UNITLET_METRICS_SOCKET. nil: none.
+	metrics, pages net.Listener
+	activated      bool // the bus socket came from systemd
 }
 
 func (l *listeners) close() {
-	if l.grpc != nil {
-		l.grpc.Close()
+	for _, c := range []net.Listener{l.grpc, l.metrics, l.pages} {
+		if c != nil {
+			c.Close()
+		}
 	}
-	if l.metrics != nil {
-		l.metrics.Close()
+}
+
+// http are the HTTP listeners, metrics first.
+func (l *listeners) http() []net.Listener {
+	var out []net.Listener
+	for _, c := range []net.Listener{l.metrics, l.pages} {
+		if c != nil {
+			out = append(out, c)
+		}
 	}
+	return out
 }
 
 // listen takes the sockets systemd passed (LISTEN_FDS), or else binds its own: the bus socket
@@ -68,18 +80,20 @@ func listen(service string, s Settings) (*listeners, error) {
 		}
 	}
 	if l.metrics == nil && s.MetricsAddr != "" {
-		var m net.Listener
-		var err error
-		if path, ok := strings.CutPrefix(s.MetricsAddr, metricsUnix); ok {
-			m, err = listenUnix(path, metricsSocket)
-		} else if m, err = net.Listen("tcp", s.MetricsAddr); err != nil {
-			err = fmt.Errorf("metrics listener %s: %w", s.MetricsAddr, err)
+		m, err := net.Listen("tcp", s.MetricsAddr)
+		if err != nil {
+			l.close()
+			return nil, fmt.Errorf("metrics listener %s: %w", s.MetricsAddr, err)
 		}
+		l.metrics = m
+	}
+	if s.MetricsSocket != "" {
+		m, err := listenUnix(s.MetricsSocket, metricsSocket)
 		if err != nil {
 			l.close()
 			return nil, err
 		}
-		l.metrics = m
+		l.pages = m
 	}
 	return l, nil
 }
@@ -124,11 +138,11 @@ var (
 	// busSocket is a service's own bus socket when systemd passes none: 0660, group
 	// unitlet, as the .socket units make it.
 	busSocket = unixSocket{what: "bus socket", setting: envconfig.Prefix + "SOCKET_DIR", mode: 0o660, group: true}
-	// metricsSocket (UNITLET_METRICS_ADDR=unix:...) is the process owner's alone, mode 0600.
+	// metricsSocket (UNITLET_METRICS_SOCKET) is the process owner's alone, mode 0600.
 	// It cannot be given to a group under the shipped units: they keep no capability and
 	// their system call filter refuses chown. A socket unit that passes an fd named
 	// "metrics" sets its owner and mode itself (SocketGroup=, SocketMode=).
-	metricsSocket = unixSocket{what: "metrics socket", setting: envconfig.Prefix + "METRICS_ADDR", mode: 0o600}
+	metricsSocket = unixSocket{what: "metrics socket", setting: envconfig.Prefix + "METRICS_SOCKET", mode: 0o600}
 )
 
 // listenUnix binds a Unix socket at path as k says. A socket file left behind by a dead

@@ -59,14 +59,14 @@ func TestTCPMetricsListenerServesOnlyHealthz(t *testing.T) {
 		if code != http.StatusNotFound || strings.Contains(body, "prober_probe_total") || strings.Contains(body, "kubeletconfig") || strings.Contains(body, "unitlet_build_info") {
 			t.Errorf("GET %s on TCP: %d %.200q, want 404 and nothing of the page", path, code, body)
 		}
-		if path == "/metrics" && !strings.Contains(body, "unix:/run/unitlet/config-metrics.sock") {
+		if path == "/metrics" && !strings.Contains(body, "UNITLET_METRICS_SOCKET=/run/unitlet/config-metrics.sock") {
 			t.Errorf("GET /metrics on TCP: %.300q does not say where the pages are served", body)
 		}
 	}
 }
 
-// UNITLET_METRICS_ADDR=unix:<path> is the opt-in: a socket of mode 0600 (the process owner's
-// alone) that serves every page.
+// UNITLET_METRICS_SOCKET=<path> is the opt-in: a socket of mode 0600 (the process owner's
+// alone) that serves every page, beside the TCP listener that still serves /healthz alone.
 func TestUnixMetricsSocketServesEveryPage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "run", "config-metrics.sock")
 	var failing atomic.Bool

@@ -10,7 +10,6 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/unitlet/unitlet/shared/envconfig"
@@ -22,13 +21,17 @@ import (
 type Settings struct {
 	// SocketDir holds the bus sockets, <service>.sock each.
 	SocketDir string `env:"SOCKET_DIR" envDefault:"/run/unitlet"`
-	// MetricsAddr is the process's HTTP listener. A host:port serves /healthz alone, with
-	// no authentication, as the kubelet's healthz port. "unix:" and an absolute path is a
-	// Unix socket (mode 0600, the process owner's) that also serves /metrics,
-	// /metrics/<name> and the service's pages (HandleHTTP): those name the node's pods and
-	// hold its configuration, so only the socket's file permissions may guard them.
-	// Empty: none, unless systemd passes a socket named "metrics" (see servesPages).
+	// MetricsAddr is the process's TCP listener, host:port: /healthz alone, with no
+	// authentication, as the kubelet's healthz port. Empty: none, unless systemd passes a
+	// socket named "metrics" (see servesPages).
 	MetricsAddr string `env:"METRICS_ADDR"`
+	// MetricsSocket is a Unix socket's absolute path (mode 0600, the process owner's) that
+	// serves /healthz, /metrics, /metrics/<name> and the service's pages (HandleHTTP):
+	// those name the node's pods and hold its configuration, so only the socket's file
+	// permissions may guard them. Empty: none. A setting of its own, beside MetricsAddr,
+	// so a release that does not know it ignores it: a unit's drop-in that opts in stays
+	// valid for a service rolled back one package.
+	MetricsSocket string `env:"METRICS_SOCKET"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `env:"LOG_LEVEL" envDefault:"info"`
 	// LogFormat is text or json.
@@ -55,26 +58,20 @@ func (s Settings) Validate() error {
 	if err := checkMetricsAddr(s.MetricsAddr); err != nil {
 		return ConfigError(fmt.Errorf("environment: %sMETRICS_ADDR=%q: %w", envconfig.Prefix, s.MetricsAddr, err))
 	}
+	if p := s.MetricsSocket; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		// An abstract socket (@name) has no file permissions: anyone may connect.
+		return ConfigError(fmt.Errorf("environment: %sMETRICS_SOCKET=%q: want an absolute, clean path (a Unix socket that serves /metrics and the service's pages; no abstract socket: it has no file permissions)", envconfig.Prefix, p))
+	}
 	if s.ShutdownTimeout <= 0 {
 		return ConfigError(fmt.Errorf("environment: %sSHUTDOWN_TIMEOUT=%s: must be positive", envconfig.Prefix, s.ShutdownTimeout))
 	}
 	return nil
 }
 
-// metricsUnix prefixes a MetricsAddr that is a Unix socket's path.
-const metricsUnix = "unix:"
-
-// checkMetricsAddr checks a MetricsAddr: empty, host:port, or unix: and an absolute path.
+// checkMetricsAddr checks a MetricsAddr: empty or host:port.
 func checkMetricsAddr(addr string) error {
-	const want = "want host:port (a TCP listener serving /healthz only) or unix:/absolute/path (a Unix socket serving /metrics and the service's pages too)"
+	want := "want host:port (a TCP listener serving /healthz only; for /metrics and the service's pages, a Unix socket: " + envconfig.Prefix + "METRICS_SOCKET=/absolute/path)"
 	if addr == "" {
-		return nil
-	}
-	if path, ok := strings.CutPrefix(addr, metricsUnix); ok {
-		// An abstract socket (@name) has no file permissions: anyone may connect.
-		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-			return fmt.Errorf("the socket's path must be absolute and clean (no abstract socket: it has no file permissions); %s", want)
-		}
 		return nil
 	}
 	_, port, err := net.SplitHostPort(addr)
