@@ -310,7 +310,7 @@ func TestPodsyncInitContainersRunInOrder(t *testing.T) {
 }
 
 func TestPodsyncGracefulDeletion(t *testing.T) {
-	// Serial: asserts the deletion within grace period + 2 s.
+	// Serial: asserts the deletion's timing.
 	// The container ignores SIGTERM, so it runs until the grace period ends.
 	p := busyboxPod("graceful", "trap '' TERM; while true; do sleep 1; done")
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](6)
@@ -333,13 +333,17 @@ func TestPodsyncGracefulDeletion(t *testing.T) {
 	if took < 5*time.Second || took > 15*time.Second {
 		t.Errorf("the container stopped %s after the delete; the grace period is 6 s", took)
 	}
-	// Terminated, unitlet-status deletes the API object (grace 0, UID precondition).
-	stack.WaitFor(t, 10*time.Second, "the API object deleted", func(ctx context.Context) (bool, string) {
+	// Terminated, unitlet-status deletes the API object (grace 0, UID precondition) at
+	// once: within 5 s of the stop (no sync period, no second grace), which a busy machine
+	// running the other suites beside this one stretches by a second or two.
+	stopped := time.Now()
+	stack.WaitFor(t, 15*time.Second, "the API object deleted", func(ctx context.Context) (bool, string) {
 		_, err := admin(t).CoreV1().Pods("default").Get(ctx, "graceful", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	if took := time.Since(start); took > 8*time.Second {
-		t.Errorf("the API object went %s after the delete, want within the grace period (6 s) + 2 s", took)
+	t.Logf("the API object went %s after the stop", time.Since(stopped).Round(100*time.Millisecond))
+	if took := time.Since(stopped); took > 5*time.Second {
+		t.Errorf("the API object went %s after the container stopped, want within 5 s", took)
 	}
 }
 

@@ -282,8 +282,12 @@ func TestStatusKubectlRunLogsExecDelete(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("kubectl delete took %s (grace period 4 s, the container ignores SIGTERM)", took.Round(100*time.Millisecond))
-	if took > 6*time.Second || took < 3*time.Second {
-		t.Errorf("kubectl delete took %s, want the grace period (4 s) and at most 2 s more", took)
+	// At least the grace period, and well short of the 30 s a default grace would take:
+	// kubectl's own start, the watch and the stop add seconds on a busy machine (16.9 s
+	// measured with both cores busy with other suites; make test now runs the harness
+	// suites alone beside the vm, and 2 s more was the bound before).
+	if took > 12*time.Second || took < 3*time.Second {
+		t.Errorf("kubectl delete took %s, want the grace period (4 s) and at most 8 s more (30 s is the default grace)", took)
 	}
 }
 
