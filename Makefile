@@ -56,12 +56,12 @@ build:
 ## test: everything: generated code, lint, unit tests, the packages, the harness suites, the
 ## fault suite, kubeadm and the vm node, as a schedule of steps (the run-* targets below, run
 ## by make -j). What the vm suite needs is built first at full priority; the vm suite then
-## runs at full priority (its emulated guest takes a core for about 25 minutes) while three
-## chains share the other core, each at its own priority: the harness suites
-## (test-integration beside test-containerd2, then test-kubeadm, which takes the kubelet's
-## ports) at nice 10, as their tests time graceful deletions and probes; the fault suite,
-## whose churn would take both cores, at nice 15; the CPU-bound checks (proto-check, lint,
-## the unit tests, deb-check), which only have to end, at nice 19. A step that fails does not
+## runs at full priority (its emulated guest takes a core for about 30 minutes) while two
+## chains share the other core: the host's suites one after another at nice 10, each alone
+## there, as their tests time restarts, graceful deletions and probes (the fault suite,
+## then test-integration beside test-containerd2, then test-kubeadm, which takes the
+## kubelet's ports), and the CPU-bound checks (proto-check, lint, the unit tests,
+## deb-check) and the harness's own builds, which only have to end, at nice 19. A step that fails does not
 ## stop the others; the steps that need what failed to build do not run. Each step's output
 ## goes to its own log in $(TESTRUN) (the console gets a line as each starts and ends); at
 ## the end every log is printed, then the failing tests, each with the last lines its test
@@ -72,7 +72,6 @@ build:
 TESTRUN := $(CACHE)/test-run
 TIMED := deploy/timed.sh $(TESTRUN)/times.tsv
 NICE_HARNESS := nice -n 10 ionice -c2 -n4
-NICE_FAULTS := nice -n 15 ionice -c2 -n6
 NICE_CHECKS := nice -n 19 ionice -c2 -n7
 test: prereqs
 	@rm -rf $(TESTRUN); mkdir -p $(TESTRUN)
@@ -112,19 +111,22 @@ run-prev-release:
 	@$(call RUN_SETUP,prev-release) $(MAKE) --no-print-directory prev-release
 run-vm: run-build run-control-plane run-trees run-deb run-prev-release
 	@$(call RUN_TEST,vm,$(TEST_VM))
-# The harness suites: test-integration and test-containerd2 side by side (their stacks'
-# ports and directories are apart), then test-kubeadm.
+# The host's suites, one after another on the core the vm leaves, each alone there: their
+# targets and timings are the node's, not the machine's, and two of them side by side on
+# one core missed them (a restart of 30 s in the fault suite, a grace period's +2 s). First
+# the fault suite, then test-integration and test-containerd2 side by side (their stacks'
+# ports and directories are apart), then test-kubeadm. The harness's own binaries build
+# meanwhile in the fault suite's idle time (nice 19).
+run-faults: run-build run-control-plane run-trees
+	@$(call RUN_TEST,faults,$(NICE_HARNESS) $(TEST_FAULTS))
 run-harness-binaries: run-control-plane
-	@$(call RUN_SETUP,harness-binaries) $(NICE_HARNESS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
-run-integration: run-build run-harness-binaries run-trees run-prev-release
+	@$(call RUN_SETUP,harness-binaries) $(NICE_CHECKS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
+run-integration: run-build run-harness-binaries run-trees run-prev-release run-faults
 	@$(call RUN_TEST,integration,$(NICE_HARNESS) $(TEST_INTEGRATION))
-run-containerd2: run-build run-harness-binaries
+run-containerd2: run-build run-harness-binaries run-faults
 	@$(call RUN_TEST,containerd2,$(NICE_HARNESS) $(TEST_CONTAINERD2))
 run-kubeadm: run-deb run-harness-binaries run-trees run-integration
 	@$(call RUN_TEST,kubeadm,$(NICE_HARNESS) $(MAKE) --no-print-directory test-kubeadm-built)
-# The fault suite.
-run-faults: run-build run-control-plane run-trees
-	@$(call RUN_TEST,faults,$(NICE_FAULTS) $(TEST_FAULTS))
 # The CPU-bound checks.
 run-proto-check:
 	@$(call RUN_TEST,proto-check,$(NICE_CHECKS) $(MAKE) --no-print-directory proto-check)
@@ -180,7 +182,7 @@ test-integration: build harness-binaries prev-release
 ## server is stopped 5 minutes and etcd 1, and the node's root dir (a loop-mounted ext4)
 ## is filled to 100 % for a minute; then the invariants table, each with its target
 ## (~15 min). UNITLET_FAULTS_REPORT=DIR keeps the table in DIR. make test runs it beside the
-## vm suite and the harness suites, at nice 15 (README.md, "Fault suite").
+## vm suite, before the harness suites, at nice 10 (README.md, "Fault suite").
 TEST_FAULTS = env UNITLET_BIN_DIR=$(BIN) $(GO) test -trimpath -count=1 -timeout=45m -v ./integration/faultstest/
 test-faults: build harness-binaries
 	$(TEST_FAULTS)
