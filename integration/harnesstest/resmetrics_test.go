@@ -276,11 +276,13 @@ func TestMachineMetricsDescribeTheMachine(t *testing.T) {
 	}
 }
 
-// cpuSamples is a cgroup's CPU time (cpu.stat usage_usec), read every 250 ms.
+// cpuSamples is a cgroup's CPU time, read every 250 ms, in units of which perSecond make
+// a second.
 type cpuSamples struct {
-	mu sync.Mutex
-	at []time.Time
-	us []float64
+	mu        sync.Mutex
+	at        []time.Time
+	us        []float64
+	perSecond float64
 }
 
 // sampleContainerCPU reads the CPU time of the pod's container name from its cgroup in
@@ -296,8 +298,14 @@ func sampleContainerCPU(t *testing.T, uid, name string) *cpuSamples {
 	if id == "" {
 		t.Fatalf("pod %s: no running container %s in the runtime", uid, name)
 	}
+	// cgroup v2: cpu.stat's usage_usec; v1 (these machines): the cpuacct hierarchy's
+	// cpuacct.usage, in nanoseconds.
+	root, file, perSecond := "/sys/fs/cgroup/cpuacct", "cpuacct.usage", 1e9
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		root, file, perSecond = "/sys/fs/cgroup", "cpu.stat", 1e6
+	}
 	var dir string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil && d != nil && d.IsDir():
 			return filepath.SkipDir
@@ -311,22 +319,33 @@ func sampleContainerCPU(t *testing.T, uid, name string) *cpuSamples {
 		return nil
 	})
 	if dir == "" {
-		t.Fatalf("no cgroup under /sys/fs/cgroup names container %s", id)
+		t.Fatalf("no cgroup under %s names container %s", root, id)
 	}
-	s := &cpuSamples{}
-	read := func() {
-		b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	s := &cpuSamples{perSecond: perSecond}
+	usage := func() (float64, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
-			return
+			return 0, err
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					s.mu.Lock()
-					s.at, s.us = append(s.at, time.Now()), append(s.us, f)
-					s.mu.Unlock()
+		text := strings.TrimSpace(string(b))
+		if file == "cpu.stat" {
+			text = ""
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+					text = v
 				}
 			}
+		}
+		return strconv.ParseFloat(text, 64)
+	}
+	if _, err := usage(); err != nil {
+		t.Fatalf("the CPU time of container %s in %s: %v", id, dir, err)
+	}
+	read := func() {
+		if v, err := usage(); err == nil {
+			s.mu.Lock()
+			s.at, s.us = append(s.at, time.Now()), append(s.us, v)
+			s.mu.Unlock()
 		}
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
@@ -373,5 +392,5 @@ func (s *cpuSamples) cores(from, to time.Time) float64 {
 		}
 		return math.NaN()
 	}
-	return (at(to) - at(from)) / 1e6 / to.Sub(from).Seconds()
+	return (at(to) - at(from)) / s.perSecond / to.Sub(from).Seconds()
 }
