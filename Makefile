@@ -56,12 +56,12 @@ build:
 ## test: everything: generated code, lint, unit tests, the packages, the harness suites, the
 ## fault suite, kubeadm and the vm node, as a schedule of steps (the run-* targets below, run
 ## by make -j). What the vm suite needs is built first at full priority; the vm suite then
-## runs at full priority (its emulated guest takes a core for about 30 minutes) while two
-## chains share the other core: the host's suites one after another at nice 10, each alone
-## there, as their tests time restarts, graceful deletions and probes (the fault suite,
-## then test-integration beside test-containerd2, then test-kubeadm, which takes the
-## kubelet's ports), and the CPU-bound checks (proto-check, lint, the unit tests,
-## deb-check) and the harness's own builds, which only have to end, at nice 19. A step that fails does not
+## runs at full priority (its emulated guest takes a core for over 30 minutes) while one
+## chain has the other core: the CPU-bound checks (proto-check, lint, the unit tests,
+## deb-check) at nice 19 while the vm's stack comes up, then the host's suites one after
+## another at nice 10, each alone there, as their tests time restarts, graceful deletions
+## and probes: the fault suite, test-containerd2, test-integration, test-kubeadm (which
+## takes the kubelet's ports). The harness's own builds run at nice 19 in the gaps. A step that fails does not
 ## stop the others; the steps that need what failed to build do not run. Each step's output
 ## goes to its own log in $(TESTRUN) (the console gets a line as each starts and ends); at
 ## the end every log is printed, then the failing tests, each with the last lines its test
@@ -112,19 +112,21 @@ run-prev-release:
 run-vm: run-build run-control-plane run-trees run-deb run-prev-release
 	@$(call RUN_TEST,vm,$(TEST_VM))
 # The host's suites, one after another on the core the vm leaves, each alone there: their
-# targets and timings are the node's, not the machine's, and two of them side by side on
-# one core missed them (a restart of 30 s in the fault suite, a grace period's +2 s). First
-# the fault suite, then test-integration and test-containerd2 side by side (their stacks'
-# ports and directories are apart), then test-kubeadm. The harness's own binaries build
-# meanwhile in the fault suite's idle time (nice 19).
-run-faults: run-build run-control-plane run-trees
+# targets and timings are the node's, not the machine's. Two side by side on that core
+# missed them: a service restart of 30 s in the fault suite beside the harness suites, a
+# 6 s grace period ending after 22 s with test-integration's stack coming up beside
+# test-containerd2's, its API server not answering a GET in 15 s. The checks go first,
+# while the vm's stack comes up, then the fault suite, test-containerd2, test-integration
+# and test-kubeadm (which takes the kubelet's ports). The harness's own binaries build
+# meanwhile at nice 19, in the suites' idle time.
+run-faults: run-build run-control-plane run-trees run-deb-check
 	@$(call RUN_TEST,faults,$(NICE_HARNESS) $(TEST_FAULTS))
 run-harness-binaries: run-control-plane
 	@$(call RUN_SETUP,harness-binaries) $(NICE_CHECKS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
-run-integration: run-build run-harness-binaries run-trees run-prev-release run-faults
-	@$(call RUN_TEST,integration,$(NICE_HARNESS) $(TEST_INTEGRATION))
 run-containerd2: run-build run-harness-binaries run-faults
 	@$(call RUN_TEST,containerd2,$(NICE_HARNESS) $(TEST_CONTAINERD2))
+run-integration: run-build run-harness-binaries run-trees run-prev-release run-containerd2
+	@$(call RUN_TEST,integration,$(NICE_HARNESS) $(TEST_INTEGRATION))
 run-kubeadm: run-deb run-harness-binaries run-trees run-integration
 	@$(call RUN_TEST,kubeadm,$(NICE_HARNESS) $(MAKE) --no-print-directory test-kubeadm-built)
 # The CPU-bound checks.
