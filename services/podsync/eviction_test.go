@@ -397,6 +397,11 @@ func TestEvictionHoldEndsWithTheVerdict(t *testing.T) {
 	if l := listed(f.s); len(l) != 0 || f.m.Known(first.UID) {
 		t.Fatalf("listed %v while eviction does not answer, want every pod held", l)
 	}
+	// A held pod is still wanted: what the runtime has of it (an earlier podsync may have
+	// run it) is neither removed nor killed in its cgroup.
+	if f.s.RuntimeRemovable()(first.UID) || !f.s.ActiveOrHeld()[first.UID] {
+		t.Error("a held pod is removable from the runtime, or its cgroup not kept")
+	}
 	f.s.SetPods("api", []*corev1.Pod{second, first})
 	f.s.mu.Lock()
 	if f.s.eviction.isHeld(gone.UID) {

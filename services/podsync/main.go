@@ -90,8 +90,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("housekeeping", svc.Housekeeping)
 	// Probe results: liveness failures restart containers, the rest changes statuses.
 	d.Go("probe results", func(ctx context.Context) error { return applyProbeResults(ctx, probes.Updates(), workers) })
-	// Cgroups: the cgroups of pods no worker runs removed, the QoS cgroups' shares kept.
-	d.Go("cgroups", p.cgroups.Sweep(workers.Active, svc.RuntimeRemovable))
+	// Cgroups: the cgroups of pods no worker runs (and none held) removed, the QoS
+	// cgroups' shares kept.
+	d.Go("cgroups", p.cgroups.Sweep(svc.ActiveOrHeld, svc.RuntimeRemovable))
 	// Runtime status: CRI Status every 5 s for the health report.
 	d.Go("runtime status", health.Run)
 	// Image garbage collection by disk thresholds.

@@ -535,21 +535,51 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 }
 
 // RuntimeRemovable returns, as of the call, whether all that is dead of a pod in the
-// runtime may be removed (disk reclaim): no worker runs it (its worker has terminated, or
-// it has none), and every source has reported (before, a pod without a worker may only not
-// be known yet). These are the kubelet's pods whose runtime should be removed.
+// runtime may be removed (disk reclaim) and what is left in its cgroup killed: no worker
+// runs it (its worker has terminated, or it has none), it does not wait for
+// unitlet-eviction's verdict (a held pod is still wanted: what it has in the runtime, an
+// init container that ran, is its own), and every source has reported (before, a pod
+// without a worker may only not be known yet). These are the kubelet's pods whose runtime
+// should be removed.
 func (s *Service) RuntimeRemovable() func(types.UID) bool {
 	s.mu.Lock()
 	ready := true
 	for _, src := range s.sourcesWanted {
 		ready = ready && s.seen[src]
 	}
+	held := s.heldLocked()
 	s.mu.Unlock()
 	if !ready {
 		return func(types.UID) bool { return false }
 	}
 	active := s.workers.Active()
-	return func(uid types.UID) bool { return !active[uid] }
+	return func(uid types.UID) bool { return !active[uid] && !held[uid] }
+}
+
+// ActiveOrHeld returns the pods whose cgroups stay: those a worker runs
+// (podworker.Manager.Active) and those held for unitlet-eviction's verdict, which the
+// runtime may already run (admitted by an earlier podsync) and which are admitted as soon
+// as it answers.
+func (s *Service) ActiveOrHeld() map[types.UID]bool {
+	s.mu.Lock()
+	held := s.heldLocked()
+	s.mu.Unlock()
+	out := s.workers.Active()
+	for uid := range held {
+		out[uid] = true
+	}
+	return out
+}
+
+// heldLocked are the pods held for unitlet-eviction's verdict.
+func (s *Service) heldLocked() map[types.UID]bool {
+	held := map[types.UID]bool{}
+	if s.eviction != nil {
+		for _, uid := range s.eviction.heldPods() {
+			held[uid] = true
+		}
+	}
+	return held
 }
 
 // PodContentRemovable returns, as of the call, whether a pod's content on the node (its
