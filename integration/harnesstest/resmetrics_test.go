@@ -281,7 +281,7 @@ func TestMachineMetricsDescribeTheMachine(t *testing.T) {
 type cpuSamples struct {
 	mu        sync.Mutex
 	at        []time.Time
-	us        []float64
+	usage     []float64
 	perSecond float64
 }
 
@@ -344,7 +344,7 @@ func sampleContainerCPU(t *testing.T, uid, name string) *cpuSamples {
 	read := func() {
 		if v, err := usage(); err == nil {
 			s.mu.Lock()
-			s.at, s.us = append(s.at, time.Now()), append(s.us, v)
+			s.at, s.usage = append(s.at, time.Now()), append(s.usage, v)
 			s.mu.Unlock()
 		}
 	}
@@ -384,10 +384,10 @@ func (s *cpuSamples) cores(from, to time.Time) float64 {
 			if !s.at[i].Before(when) {
 				span := s.at[i].Sub(s.at[i-1]).Seconds()
 				if span <= 0 {
-					return s.us[i]
+					return s.usage[i]
 				}
 				f := when.Sub(s.at[i-1]).Seconds() / span
-				return s.us[i-1] + f*(s.us[i]-s.us[i-1])
+				return s.usage[i-1] + f*(s.usage[i]-s.usage[i-1])
 			}
 		}
 		return math.NaN()

@@ -505,10 +505,7 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 		case <-t.C():
 		}
 		s.mu.Lock()
-		ready := true
-		for _, src := range s.sourcesWanted {
-			ready = ready && s.seen[src]
-		}
+		ready := s.sourcesSeenLocked()
 		s.mu.Unlock()
 		if !ready || !s.relister.Synced() {
 			continue
@@ -543,10 +540,7 @@ func (s *Service) Housekeeping(ctx context.Context) error {
 // should be removed.
 func (s *Service) RuntimeRemovable() func(types.UID) bool {
 	s.mu.Lock()
-	ready := true
-	for _, src := range s.sourcesWanted {
-		ready = ready && s.seen[src]
-	}
+	ready := s.sourcesSeenLocked()
 	held := s.heldLocked()
 	s.mu.Unlock()
 	if !ready {
@@ -571,6 +565,17 @@ func (s *Service) ActiveOrHeld() map[types.UID]bool {
 	return out
 }
 
+// sourcesSeenLocked reports whether every wanted pod source has reported: before, a pod
+// without a worker may only not be known yet.
+func (s *Service) sourcesSeenLocked() bool {
+	for _, src := range s.sourcesWanted {
+		if !s.seen[src] {
+			return false
+		}
+	}
+	return true
+}
+
 // heldLocked are the pods held for unitlet-eviction's verdict.
 func (s *Service) heldLocked() map[types.UID]bool {
 	held := map[types.UID]bool{}
@@ -589,10 +594,7 @@ func (s *Service) heldLocked() map[types.UID]bool {
 // pod may only not be known yet). A pod that ended but was not deleted keeps its logs.
 func (s *Service) PodContentRemovable() func(types.UID) bool {
 	s.mu.Lock()
-	ready := true
-	for _, src := range s.sourcesWanted {
-		ready = ready && s.seen[src]
-	}
+	ready := s.sourcesSeenLocked()
 	kept := map[types.UID]bool{}
 	for uid, p := range s.desired {
 		if p.DeletionTimestamp == nil {
