@@ -75,6 +75,8 @@ type Manager struct {
 	released func(types.UID)
 	// releasing, a test hook, runs as a release begins tearing a pod's volumes down.
 	releasing func(types.UID)
+	// measuring, a test hook, runs before each volume's walk, with its path.
+	measuring func(path string)
 
 	mu   sync.Mutex
 	pods map[types.UID]*podVolumes
@@ -133,6 +135,8 @@ type volume struct {
 	memory             bool
 	used, inodes       int64
 	measured           time.Time
+	// measureErr is the last walk's error, "" after a walk that succeeded.
+	measureErr string
 }
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
@@ -231,7 +235,7 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 	pv.pod = pod
 	for name, v := range vols {
 		if old := pv.volumes[name]; old != nil {
-			v.used, v.inodes, v.measured = old.used, old.inodes, old.measured
+			v.used, v.inodes, v.measured, v.measureErr = old.used, old.inodes, old.measured, old.measureErr
 		}
 		pv.volumes[name] = v
 	}
@@ -545,26 +549,58 @@ func (m *Manager) CleanupOrphans(ctx context.Context, known map[types.UID]bool, 
 	return released
 }
 
-// Measure refreshes every prepared volume's usage.
+// Measure refreshes every prepared volume's usage. A walk may outlast a prepare of the
+// same pod (the reconcile loop prepares every pod again each period, which makes its
+// volumes anew): the result goes to the volume of that name and path current when the walk
+// ends, so that a volume slower to walk than the period still gets its usage. A failed
+// walk keeps the last usage and is logged when its error first appears or changes.
 func (m *Manager) Measure() {
+	type target struct {
+		uid        types.UID
+		name, path string
+	}
 	m.mu.Lock()
-	var vols []*volume
-	for _, pv := range m.pods {
-		for _, v := range pv.volumes {
+	var targets []target
+	for uid, pv := range m.pods {
+		for name, v := range pv.volumes {
 			if v.plugin != pluginHostPath {
-				vols = append(vols, v)
+				targets = append(targets, target{uid, name, v.path})
 			}
 		}
 	}
 	m.mu.Unlock()
-	for _, v := range vols {
-		b, n, err := usage.Measure(v.path)
-		if err != nil {
-			continue
+	for _, tg := range targets {
+		if m.measuring != nil {
+			m.measuring(tg.path)
 		}
+		b, n, err := usage.Measure(tg.path)
 		m.mu.Lock()
-		v.used, v.inodes, v.measured = b, n, m.clk.Now()
+		var v *volume
+		if pv := m.pods[tg.uid]; pv != nil {
+			if cur := pv.volumes[tg.name]; cur != nil && cur.path == tg.path {
+				v = cur
+			}
+		}
+		var logErr, recovered bool
+		if v != nil {
+			if err == nil || errors.Is(err, usage.ErrTooDeep) {
+				// ErrTooDeep comes with what was counted above the depth: a lower bound.
+				v.used, v.inodes, v.measured = b, n, m.clk.Now()
+			}
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			logErr, recovered = msg != "" && msg != v.measureErr, msg == "" && v.measureErr != ""
+			v.measureErr = msg
+		}
 		m.mu.Unlock()
+		switch {
+		case logErr:
+			m.log.Warn("measure a volume's usage", "pod", tg.uid, "volume", tg.name, "err", err)
+		case recovered:
+			m.log.Info("measured a volume's usage again", "pod", tg.uid, "volume", tg.name)
+		}
 	}
 }
 
