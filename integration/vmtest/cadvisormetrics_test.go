@@ -18,6 +18,7 @@ import (
 // memory.max, its shares from cpu.weight, its working set, its CPU time rising no faster
 // than its quota, its scope under the pod's slice as id, and the pod slice's series.
 func TestCAdvisorMetricsOnCgroupV2(t *testing.T) {
+	vmNode(t)
 	p := vmPod("vm-cadvisor-hog", map[string]string{"main": "dd if=/dev/zero of=/dev/shm/hold bs=1M count=20 && while :; do :; done"})
 	p.Spec.Containers[0].Resources.Limits = rl("memory", "64Mi", "cpu", "500m")
 	p = runVMPod(t, p)

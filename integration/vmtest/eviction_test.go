@@ -319,6 +319,7 @@ func TestPIDPressureEvictsTheForkingPod(t *testing.T) {
 // TestLocalStorageLimitsEvict: an emptyDir over its sizeLimit and a container over its
 // ephemeral-storage limit are evicted with the kubelet's messages; no threshold involved.
 func TestLocalStorageLimitsEvict(t *testing.T) {
+	vmNode(t)
 	limit := resource.MustParse("20Mi")
 	dir := vmPod("ev-emptydir-over", map[string]string{"c": "dd if=/dev/zero of=/data/f bs=1M count=40; exec sleep 100000"})
 	dir.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}}

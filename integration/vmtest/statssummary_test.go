@@ -16,6 +16,7 @@ import (
 // figures: on the harness's nspawn node the runtime is out of sight and the services share
 // the machine's cgroup, so only here are the three proven.
 func TestStatsSummarySystemContainersUnderSystemd(t *testing.T) {
+	vmNode(t)
 	var summary statsv1alpha1.Summary
 	stack.WaitFor(t, 2*time.Minute, "/stats/summary with the kubelet, runtime and pods system containers", func(ctx context.Context) (bool, string) {
 		code, body, err := guestNodeAPIGet(ctx, t, "/stats/summary")

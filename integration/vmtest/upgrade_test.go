@@ -54,12 +54,12 @@ const (
 )
 
 func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
+	n := vmNode(t)
 	began := time.Now()
 	prevDist, err := harness.PrevDistDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := vmNode(t)
 	c := admin(t)
 	ctx := context.Background()
 	dist := harness.DistDir(stack.Repo())

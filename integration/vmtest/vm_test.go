@@ -35,17 +35,28 @@ func TestMain(m *testing.M) {
 	os.Exit(harness.MainStack(m, "vm-node.yaml", func(h *harness.Harness) { stack = h }))
 }
 
-// vmNode is the stack's vm node and its services.
+// vmNode is the stack's vm node and its services, its guest running: every test asks for
+// it first (TestEveryTestAsksForTheVMNode). A guest a test powered off
+// (TestGracefulNodeShutdownOnPoweroff, which runs last to spare the boot) is booted again
+// here, for the test that asks next.
 func vmNode(t testing.TB) harness.Node {
 	t.Helper()
 	for _, n := range stack.Stack().Nodes {
 		if n.Backend == "vm" {
+			if poweredOff[n.Name] {
+				bootAgain(t, n.Name)
+				delete(poweredOff, n.Name)
+			}
 			return n
 		}
 	}
 	t.Fatalf("stack %s has no node with backend vm (integration/stacks/vm-node.yaml has vm-1)", stack.Stack().Name)
 	return harness.Node{}
 }
+
+// poweredOff holds the vm nodes whose guest a test powered off (the tests run one at a
+// time).
+var poweredOff = map[string]bool{}
 
 func admin(t testing.TB) kubernetes.Interface {
 	t.Helper()

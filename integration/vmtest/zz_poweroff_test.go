@@ -33,14 +33,15 @@ const (
 //     the critical pod's container finished after every ordinary one's; the Node was seen
 //     NotReady with "node is shutting down" while the guest went down.
 //
-// The guest going down ends its qemu; the test boots it again (stack.Up, as `up` boots it:
-// its disk is a snapshot, so the guest comes back as it first booted, without the test's
-// drop-ins) before the other vm tests run, whatever the order.
+// The guest going down ends its qemu. A test after this one boots it again (vmNode, with
+// stack.Up as `up` boots it: its disk is a snapshot, so the guest comes back as it first
+// booted, without the test's drop-ins), whatever the order. This file's name puts the test
+// last in the suite, where nothing needs the guest again: that spares a boot (2 min).
 func TestGracefulNodeShutdownOnPoweroff(t *testing.T) {
 	node := vmNode(t).Name
 	c := admin(t)
 	ctx := context.Background()
-	t.Cleanup(func() { bootAgain(t, node) })
+	t.Cleanup(func() { restoreAfterPoweroff(t, node) })
 
 	// The configuration: podsync and status restart on the new generation.
 	start := waitGeneration(t, node, 0)
@@ -233,16 +234,22 @@ func vmConsoleTail(node string, lines int) string {
 	return "no vm component"
 }
 
-// bootAgain boots node's guest again after the test powered it off, as `up` boots it, and
-// waits until it is Ready, so the vm tests after this one find the node they expect.
-func bootAgain(t *testing.T, node string) {
+// restoreAfterPoweroff leaves node as the tests after this one expect it: a guest still
+// running (the test failed before the poweroff) loses the test's drop-ins; one that went
+// down is booted again by the next test's vmNode.
+func restoreAfterPoweroff(t *testing.T, node string) {
 	t.Helper()
 	if qemuAlive(node) {
-		// The test failed before the poweroff: the guest still runs, with the test's
-		// drop-ins; taking them away restores the node.
 		_ = stack.Exec(node, []string{"sh", "-c", "rm -f /etc/unitlet/config.d/90-shutdown-test.conf /etc/systemd/logind.conf.d/90-unitlet-test.conf && systemctl restart systemd-logind"}).Run()
 		return
 	}
+	poweredOff[node] = true
+}
+
+// bootAgain boots node's guest again after a test powered it off, as `up` boots it, and
+// waits until it is Ready.
+func bootAgain(t testing.TB, node string) {
+	t.Helper()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
