@@ -113,6 +113,11 @@ func TestResourceMetricsShowABusyCPU(t *testing.T) {
 	})
 	m1 := promtext.Sample(before, "container_cpu_usage_seconds_total", container)
 	m2 := promtext.Sample(families, "container_cpu_usage_seconds_total", container)
+	// The second sample may have been stamped after the cgroup's latest read (every 250 ms,
+	// later on a busy machine): the truth there needs the read after it.
+	stack.WaitFor(t, 10*time.Second, "a read of the cgroup after the second sample", func(context.Context) (bool, string) {
+		return truth.after(time.UnixMilli(m2.GetTimestampMs())), "not yet"
+	})
 	want := truth.cores(time.UnixMilli(m1.GetTimestampMs()), time.UnixMilli(m2.GetTimestampMs()))
 	if math.IsNaN(want) || want < 0.2 {
 		t.Fatalf("the burner's cgroup got %.3f cores between the samples' timestamps (NaN: not sampled then): the machine is too busy to tell", want)
@@ -372,6 +377,13 @@ func (s *cpuSamples) since(when time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.at) > 0 && s.at[0].Before(when)
+}
+
+// after reports whether the cgroup was read after when.
+func (s *cpuSamples) after(when time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.at) > 0 && s.at[len(s.at)-1].After(when)
 }
 
 // cores is the CPU the cgroup got between from and to, in cores, its CPU time
