@@ -737,6 +737,11 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 	var runtimeAllowed time.Duration
 	for _, s := range nodes.all() {
 		cause := "kill"
+		// A spell that runs into an API server or etcd outage is counted from the last
+		// such outage's end: while either is down no status can reach the API. (With
+		// etcd stopped 10 s after the API server came back, a spell begun then was
+		// counted whole, the etcd outage inside it.)
+		var cameBack time.Time
 		for _, o := range outages {
 			if s.from.Before(o.to.Add(graceAfterAPI)) && s.to.After(o.from) {
 				switch {
@@ -745,6 +750,9 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 					runtimeAllowed = max(runtimeAllowed, o.to.Sub(o.from)+statusPeriod+5*time.Second)
 				case strings.HasPrefix(o.what, "kube-apiserver"), strings.HasPrefix(o.what, "etcd"):
 					cause = "api"
+					if o.to.After(cameBack) && o.to.Before(s.to) {
+						cameBack = o.to
+					}
 				}
 			}
 		}
@@ -758,6 +766,10 @@ func (r *run) drainAndCheck(ctx context.Context, nodes *nodeWatch, probes map[st
 				worstRuntime = s
 			}
 		case "api":
+			if cameBack.After(s.from) {
+				s.why = fmt.Sprintf("%s (NotReady from %s; counted from %s, when the last outage in it ended)", s.why, s.from.Format("15:04:05.0"), cameBack.Format("15:04:05.0"))
+				s.from = cameBack
+			}
 			if s.length() > worstAPI.length() {
 				worstAPI = s
 			}

@@ -37,8 +37,7 @@ func TestMain(m *testing.M) {
 
 // vmNode is the stack's vm node and its services, its guest running: every test asks for
 // it first (TestEveryTestAsksForTheVMNode). A guest a test powered off
-// (TestGracefulNodeShutdownOnPoweroff, which runs last to spare the boot) is booted again
-// here, for the test that asks next.
+// (TestGracefulNodeShutdownOnPoweroff) is booted again here, for the test that asks next.
 func vmNode(t testing.TB) harness.Node {
 	t.Helper()
 	for _, n := range stack.Stack().Nodes {

@@ -33,10 +33,11 @@ const (
 //     the critical pod's container finished after every ordinary one's; the Node was seen
 //     NotReady with "node is shutting down" while the guest went down.
 //
-// The guest going down ends its qemu. A test after this one boots it again (vmNode, with
-// stack.Up as `up` boots it: its disk is a snapshot, so the guest comes back as it first
-// booted, without the test's drop-ins), whatever the order. This file's name puts the test
-// last in the suite, where nothing needs the guest again: that spares a boot (2 min).
+// The guest going down ends its qemu. The next test that asks for the node boots it again
+// (vmNode, with stack.Up as `up` boots it: its disk is a snapshot, so the guest comes back
+// as it first booted, without the test's drop-ins), whatever the order; run last, the test
+// would spare that boot (2 to 3 min), but the vm suite's heavy tests then overlap the
+// fault suite's recovery beside it in make test (run 7 missed two fault targets that way).
 func TestGracefulNodeShutdownOnPoweroff(t *testing.T) {
 	node := vmNode(t).Name
 	c := admin(t)
