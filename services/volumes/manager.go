@@ -234,8 +234,12 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 	m.mu.Lock()
 	pv.pod = pod
 	for name, v := range vols {
-		if old := pv.volumes[name]; old != nil {
-			v.used, v.inodes, v.measured, v.measureErr = old.used, old.inodes, old.measured, old.measureErr
+		// The same volume set up again (the reconcile loop prepares every pod each
+		// period) stays the object it was: a walk of it under way, which holds it,
+		// records its usage there.
+		if old := pv.volumes[name]; old != nil && old.plugin == v.plugin && old.path == v.path {
+			old.memory = v.memory
+			continue
 		}
 		pv.volumes[name] = v
 	}
@@ -549,57 +553,42 @@ func (m *Manager) CleanupOrphans(ctx context.Context, known map[types.UID]bool, 
 	return released
 }
 
-// Measure refreshes every prepared volume's usage. A walk may outlast a prepare of the
-// same pod (the reconcile loop prepares every pod again each period, which makes its
-// volumes anew): the result goes to the volume of that name and path current when the walk
-// ends, so that a volume slower to walk than the period still gets its usage. A failed
-// walk keeps the last usage and is logged when its error first appears or changes.
+// Measure refreshes every prepared volume's usage. A failed walk keeps the last usage and
+// is logged when its error first appears or changes.
 func (m *Manager) Measure() {
-	type target struct {
-		uid        types.UID
-		name, path string
-	}
 	m.mu.Lock()
-	var targets []target
+	var vols []*volume
+	var uids []types.UID
 	for uid, pv := range m.pods {
-		for name, v := range pv.volumes {
+		for _, v := range pv.volumes {
 			if v.plugin != pluginHostPath {
-				targets = append(targets, target{uid, name, v.path})
+				vols, uids = append(vols, v), append(uids, uid)
 			}
 		}
 	}
 	m.mu.Unlock()
-	for _, tg := range targets {
+	for i, v := range vols {
 		if m.measuring != nil {
-			m.measuring(tg.path)
+			m.measuring(v.path)
 		}
-		b, n, err := usage.Measure(tg.path)
+		b, n, err := usage.Measure(v.path)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
 		m.mu.Lock()
-		var v *volume
-		if pv := m.pods[tg.uid]; pv != nil {
-			if cur := pv.volumes[tg.name]; cur != nil && cur.path == tg.path {
-				v = cur
-			}
+		if err == nil || errors.Is(err, usage.ErrTooDeep) {
+			// ErrTooDeep comes with what was counted above the depth: a lower bound.
+			v.used, v.inodes, v.measured = b, n, m.clk.Now()
 		}
-		var logErr, recovered bool
-		if v != nil {
-			if err == nil || errors.Is(err, usage.ErrTooDeep) {
-				// ErrTooDeep comes with what was counted above the depth: a lower bound.
-				v.used, v.inodes, v.measured = b, n, m.clk.Now()
-			}
-			msg := ""
-			if err != nil {
-				msg = err.Error()
-			}
-			logErr, recovered = msg != "" && msg != v.measureErr, msg == "" && v.measureErr != ""
-			v.measureErr = msg
-		}
+		logErr, recovered := msg != "" && msg != v.measureErr, msg == "" && v.measureErr != ""
+		v.measureErr = msg
 		m.mu.Unlock()
 		switch {
 		case logErr:
-			m.log.Warn("measure a volume's usage", "pod", tg.uid, "volume", tg.name, "err", err)
+			m.log.Warn("measure a volume's usage", "pod", uids[i], "volume", v.name, "err", err)
 		case recovered:
-			m.log.Info("measured a volume's usage again", "pod", tg.uid, "volume", tg.name)
+			m.log.Info("measured a volume's usage again", "pod", uids[i], "volume", v.name)
 		}
 	}
 }
