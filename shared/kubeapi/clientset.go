@@ -85,6 +85,8 @@ type (
 	LeaseInterface     = Object[*coordinationv1.Lease, *coordinationv1.LeaseList]
 	CSRInterface       = WithStatus[*certificatesv1.CertificateSigningRequest, *certificatesv1.CertificateSigningRequestList]
 	RuntimeClassIface  = Object[*nodev1.RuntimeClass, *nodev1.RuntimeClassList]
+	PVCInterface       = WithStatus[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList]
+	PVInterface        = WithStatus[*corev1.PersistentVolume, *corev1.PersistentVolumeList]
 )
 
 // ServiceAccountInterface adds the token subresource to a service account's client.
@@ -109,6 +111,8 @@ type CoreV1Interface interface {
 	Services(namespace string) ServiceInterface
 	ServiceAccounts(namespace string) ServiceAccountInterface
 	Events(namespace string) EventInterface
+	PersistentVolumeClaims(namespace string) PVCInterface
+	PersistentVolumes() PVInterface
 }
 
 type CoordinationV1Interface interface {
@@ -213,6 +217,12 @@ func (c coreClient) Services(ns string) ServiceInterface {
 }
 func (c coreClient) Events(ns string) EventInterface {
 	return typed[*corev1.Event, *corev1.EventList](c.r, "events", ns, true)
+}
+func (c coreClient) PersistentVolumeClaims(ns string) PVCInterface {
+	return typed[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList](c.r, "persistentvolumeclaims", ns, true)
+}
+func (c coreClient) PersistentVolumes() PVInterface {
+	return typed[*corev1.PersistentVolume, *corev1.PersistentVolumeList](c.r, "persistentvolumes", "", true)
 }
 func (c coreClient) ServiceAccounts(ns string) ServiceAccountInterface {
 	return serviceAccounts{typed[*corev1.ServiceAccount, *corev1.ServiceAccountList](c.r, "serviceaccounts", ns, true)}

@@ -35,6 +35,10 @@ func (a clientset) Events(ns string) kubeapi.EventInterface     { return a.c.Cor
 func (a clientset) ConfigMaps(ns string) kubeapi.ConfigMapInterface {
 	return a.c.CoreV1().ConfigMaps(ns)
 }
+func (a clientset) PersistentVolumeClaims(ns string) kubeapi.PVCInterface {
+	return a.c.CoreV1().PersistentVolumeClaims(ns)
+}
+func (a clientset) PersistentVolumes() kubeapi.PVInterface { return a.c.CoreV1().PersistentVolumes() }
 func (a clientset) ServiceAccounts(ns string) kubeapi.ServiceAccountInterface {
 	return a.c.CoreV1().ServiceAccounts(ns)
 }
