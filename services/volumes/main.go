@@ -68,9 +68,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer podsyncConn.Close()
 
 	tokens, forgetTokens := newTokens(client, clk, log)
+	var claims Claims
+	if client != nil {
+		claims = apiClaims{client: client, node: node.Name}
+	}
 	m := NewManager(ManagerOptions{
 		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),
 		Payloads: &apiPayloads{client: client, objects: objects{client: client}, tokens: tokens, allocatable: node.Status.Allocatable},
+		Claims:   claims,
 		Memory:   node.Status.Allocatable.Memory(),
 		Released: forgetTokens,
 		Clock:    clk,

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,6 +66,8 @@ type Payloads interface {
 type Manager struct {
 	podsDir  string
 	payloads Payloads
+	// claims reads persistent volume claims and volumes; nil: standalone.
+	claims Claims
 	// memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	memory *resource.Quantity
@@ -133,15 +136,19 @@ type podVolumes struct {
 type volume struct {
 	name, plugin, path string
 	memory             bool
-	used, inodes       int64
-	measured           time.Time
+	// readOnly: a claim the pod mounts read-only; claim is the claim's name, source a
+	// local volume's directory (persistentVolumeClaim volumes).
+	readOnly      bool
+	claim, source string
+	used, inodes  int64
+	measured      time.Time
 	// measureErr is the last walk's error, "" after a walk that succeeded.
 	measureErr string
 }
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
 func NewManager(o ManagerOptions) *Manager {
-	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
 }
 
 // ManagerOptions are what a Manager is built from.
@@ -149,6 +156,9 @@ type ManagerOptions struct {
 	// PodsDir holds the pods' directories, <uid>/volumes/<plugin>/<name> each.
 	PodsDir  string
 	Payloads Payloads
+	// Claims reads persistent volume claims and volumes; nil when the node runs
+	// standalone (such volumes are then refused).
+	Claims Claims
 	// Memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	Memory *resource.Quantity
@@ -238,7 +248,7 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 		// period) stays the object it was: a walk of it under way, which holds it,
 		// records its usage there.
 		if old := pv.volumes[name]; old != nil && old.plugin == v.plugin && old.path == v.path {
-			old.memory = v.memory
+			old.memory, old.readOnly, old.claim, old.source = v.memory, v.readOnly, v.claim, v.source
 			continue
 		}
 		pv.volumes[name] = v
@@ -279,6 +289,8 @@ func (m *Manager) subPathTarget(uid types.UID, volume, container string, i int) 
 // setUp makes one volume ready.
 func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	switch {
+	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+		return m.setUpClaim(ctx, pod, v)
 	case v.HostPath != nil:
 		if err := hostpath.Check(v.HostPath.Path, v.HostPath.Type); err != nil {
 			return nil, err
@@ -314,7 +326,7 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	case v.Projected != nil:
 		plugin, memory = pluginProjected, true
 	default:
-		return nil, fmt.Errorf("unsupported volume type: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes")
+		return nil, fmt.Errorf("unsupported volume type %s: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim and ephemeral volumes", sourceKind(v.VolumeSource))
 	}
 	payload, err := m.payloads.Payload(ctx, pod, v)
 	if err != nil {
@@ -379,7 +391,7 @@ func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume, container str
 				}
 				host = target
 			}
-			readOnly := vm.ReadOnly
+			readOnly := vm.ReadOnly || vol.readOnly
 			switch vol.plugin {
 			case pluginConfigMap, pluginSecret, pluginDownwardAPI, pluginProjected:
 				// The kubelet mounts these read-only: only the writer updates them.
@@ -474,7 +486,11 @@ func (m *Manager) tearDownDir(uid types.UID) error {
 			return fmt.Errorf("release volumes of pod %s: %w", uid, err)
 		}
 		for _, n := range names {
-			if err := emptydir.TearDown(filepath.Join(base, p.Name(), n.Name())); err != nil {
+			tearDown := emptydir.TearDown
+			if p.Name() == escapePlugin(pluginLocal) {
+				tearDown = tearDownLocal
+			}
+			if err := tearDown(filepath.Join(base, p.Name(), n.Name())); err != nil {
 				return fmt.Errorf("release volume %s of pod %s: %w", n.Name(), uid, err)
 			}
 		}
@@ -571,7 +587,13 @@ func (m *Manager) Measure() {
 		if m.measuring != nil {
 			m.measuring(v.path)
 		}
-		b, n, err := usage.Measure(v.path)
+		measure := usage.Measure
+		if v.plugin == pluginLocal {
+			// A persistent volume: its file system's usage, as the kubelet's local plugin
+			// reports it, never a walk of what may be a whole disk.
+			measure = fsUsage
+		}
+		b, n, err := measure(v.path)
 		msg := ""
 		if err != nil {
 			msg = err.Error()
@@ -621,4 +643,13 @@ func validName(what, name string) error {
 		return fmt.Errorf("%s %q: must be a non-empty name without slashes", what, name)
 	}
 	return nil
+}
+
+// fsUsage is the bytes and inodes in use on the file system of path.
+func fsUsage(path string) (int64, int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
 }
