@@ -144,6 +144,17 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 	if _, ok := pv.Annotations[pvGIDAnnotation]; ok {
 		return nil, fmt.Errorf("PersistentVolume %s has the annotation %s: unitlet does not add a volume's group to the containers' supplemental groups yet; set it in the pod's securityContext.supplementalGroups and remove the annotation", pv.Name, pvGIDAnnotation)
 	}
+	if pv.Spec.NodeAffinity != nil {
+		// As the kubelet checks before any PV's mount: the scheduler may have placed the
+		// pod by a PV since changed, or the pod named its node itself.
+		labels, err := m.claims.NodeLabels(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read this node's labels for PersistentVolume %s's node affinity: %w", pv.Name, err)
+		}
+		if err := storagehelpers.CheckNodeAffinity(pv, labels); err != nil {
+			return nil, fmt.Errorf("MountVolume.NodeAffinity check failed for PersistentVolume %s: %w", pv.Name, err)
+		}
+	}
 	readOnly := src.ReadOnly
 	switch {
 	case pv.Spec.HostPath != nil:
@@ -189,16 +200,9 @@ func (m *Manager) claimOnce(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) 
 
 // mountLocal bind-mounts a local persistent volume's directory at the pod's volume
 // directory, as the kubelet's local plugin does: read-only when the pod's claim says so,
-// the node checked against the volume's node affinity first, the volume's group set to
+// the volume's group set to
 // the pod's fsGroup on the first mount of a writable one. A block device path is refused.
 func (m *Manager) mountLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.PersistentVolume, readOnly bool) (string, error) {
-	labels, err := m.claims.NodeLabels(ctx)
-	if err != nil {
-		return "", fmt.Errorf("read this node's labels for PersistentVolume %s's node affinity: %w", pv.Name, err)
-	}
-	if err := storagehelpers.CheckNodeAffinity(pv, labels); err != nil {
-		return "", fmt.Errorf("MountVolume.NodeAffinity check failed for PersistentVolume %s: %w", pv.Name, err)
-	}
 	if len(pv.Spec.MountOptions) > 0 {
 		return "", fmt.Errorf("PersistentVolume %s sets mountOptions %v: unitlet-volumes does not apply mount options to local volumes yet; remove them", pv.Name, pv.Spec.MountOptions)
 	}

@@ -98,6 +98,7 @@ func TestClaimsThatCannotBeMountedSayWhy(t *testing.T) {
 	f.bind("gid", "pv-gid", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}).Annotations = map[string]string{pvGIDAnnotation: "1234"}
 	far := f.bind("far", "pv-far", corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: host}})
 	far.Spec.NodeAffinity = onNode(map[string]string{"kubernetes.io/hostname": "node-2"})
+	f.bind("farhost", "pv-farhost", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}).Spec.NodeAffinity = onNode(map[string]string{"kubernetes.io/hostname": "node-2"})
 	f.bind("opts", "pv-opts", corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: host}}).Spec.MountOptions = []string{"noatime"}
 
 	for claim, want := range map[string]string{
