@@ -124,7 +124,7 @@ run-vm: run-build run-control-plane run-trees run-deb run-prev-release
 run-faults: run-build run-control-plane run-trees run-deb-check
 	@$(call RUN_TEST,faults,$(NICE_HARNESS) $(TEST_FAULTS))
 run-harness-binaries: run-control-plane
-	@$(call RUN_SETUP,harness-binaries) $(NICE_CHECKS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm
+	@$(call RUN_SETUP,harness-binaries) $(NICE_CHECKS) $(BIN)/unitlet-harness build registry metrics-server containerd kubeadm local-path-provisioner
 run-containerd2: run-build run-harness-binaries run-faults
 	@$(call RUN_TEST,containerd2,$(NICE_HARNESS) $(TEST_CONTAINERD2))
 run-integration: run-build run-harness-binaries run-trees run-prev-release run-containerd2
@@ -233,8 +233,8 @@ test-kubeadm: build harness-binaries deb
 test-kubeadm-built:
 	UNITLET_DIST_DIR=$(DIST) UNITLET_BIN_DIR=$(BIN) $(GO) test -trimpath -count=1 -timeout=30m -v ./integration/kubeadmtest/
 
-## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server and
-## containerd 2.x, built from the pinned modules in integration/tools into the cache
+## harness-binaries: etcd, the Kubernetes control plane, the registry, metrics-server,
+## local-path-provisioner and containerd 2.x, built from the pinned modules in integration/tools into the cache
 ## (~/.cache/unitlet) unless already there. The harness is the one `make build` made:
 ## unitlet is compiled once, with one set of flags.
 harness-binaries: build

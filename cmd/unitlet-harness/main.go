@@ -2,8 +2,8 @@
 // compose file: a real control plane, and node machines running unitlet.
 //
 //	unitlet-harness up         [-f STACK.yaml]
-//	unitlet-harness build      [PART...] (only build or find the control plane, registry, metrics-server, containerd and kubeadm binaries,
-//	                           or the named parts: control-plane registry metrics-server containerd kubeadm vm-tree nspawn-tree)
+//	unitlet-harness build      [PART...] (only build or find the control plane, registry, metrics-server, containerd, kubeadm and local-path-provisioner binaries,
+//	                           or the named parts: control-plane registry metrics-server containerd kubeadm local-path-provisioner vm-tree nspawn-tree)
 //	unitlet-harness down       [-f STACK.yaml]
 //	unitlet-harness status     [-f STACK.yaml] [-o json]
 //	unitlet-harness logs       [-f STACK.yaml] [COMPONENT...]

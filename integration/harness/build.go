@@ -236,13 +236,13 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 // BuildParts are what `unitlet-harness build PART...` builds or finds, by name, in the
 // order `unitlet-harness build` with no part builds them all: make test builds the ones
 // the vm suite needs first and the rest beside the suites that start earlier.
-var BuildParts = []string{"control-plane", "registry", "metrics-server", "containerd", "kubeadm", "vm-tree", "nspawn-tree"}
+var BuildParts = []string{"control-plane", "registry", "metrics-server", "containerd", "kubeadm", "local-path-provisioner", "vm-tree", "nspawn-tree"}
 
 // Build builds or finds the named parts (BuildParts); none: every binary (not the trees,
 // which the first stack that needs one builds).
 func (h *Harness) Build(parts ...string) error {
 	if len(parts) == 0 {
-		parts = BuildParts[:5]
+		parts = BuildParts[:6]
 	}
 	for _, p := range parts {
 		var err error
@@ -257,6 +257,8 @@ func (h *Harness) Build(parts ...string) error {
 			_, err = EnsureContainerd(h.repo, h.out)
 		case "kubeadm":
 			_, err = EnsureKubeadm(h.repo, h.out)
+		case "local-path-provisioner":
+			_, err = EnsureLocalPathBinary(h.repo, h.out)
 		case "vm-tree", "nspawn-tree":
 			ensure, what := h.ensureVMTree, "the vm tree"
 			if p == "nspawn-tree" {

@@ -253,6 +253,14 @@ func (h *Harness) Up(ctx context.Context) error {
 			return err
 		}
 	}
+	if h.stack.LocalPathProvisioner != nil {
+		if err := h.step("local-path provisioning objects (namespace, configuration, StorageClass local-path)", func() (string, error) { return h.applyLocalPath(ctx) }); err != nil {
+			return err
+		}
+		if err := h.ensure(ctx, st, h.localPathProvisioner()); err != nil {
+			return err
+		}
+	}
 	if h.stack.Standalone {
 		fmt.Fprintf(h.out, "stack %s (standalone: no API server) is up in %s\n", h.stack.Name, time.Since(total).Round(100*time.Millisecond))
 		return nil

@@ -34,7 +34,10 @@ type Stack struct {
 	// MetricsServer, when set, runs metrics-server once the nodes are up
 	// (metricsserver.go): `kubectl top` and the metrics.k8s.io API.
 	MetricsServer *MetricsServer `json:"metricsServer,omitempty"`
-	Nodes         []Node         `json:"nodes"`
+	// LocalPathProvisioner, when set, runs local-path-provisioner once the nodes are up
+	// (localpath.go): the StorageClass local-path.
+	LocalPathProvisioner *LocalPathProvisioner `json:"localPathProvisioner,omitempty"`
+	Nodes                []Node                `json:"nodes"`
 }
 
 // ControlPlane sets the control plane's ports; everything listens on 127.0.0.1.
@@ -176,6 +179,9 @@ func LoadStack(path string) (*Stack, error) {
 	}
 	if s.MetricsServer != nil && (s.Standalone || s.MetricsServer.Port <= 0 || s.MetricsServer.Port > 65535) {
 		return nil, fmt.Errorf("%s: metricsServer.port %d: metrics-server needs a control plane and a port of 1 to 65535", path, s.MetricsServer.Port)
+	}
+	if s.LocalPathProvisioner != nil && s.Standalone {
+		return nil, fmt.Errorf("%s: localPathProvisioner: needs a control plane", path)
 	}
 	if s.Registry != nil && (s.Runtime.Kind != "containerd" || s.Registry.Port <= 0 || s.Registry.Port > 65535) {
 		return nil, fmt.Errorf("%s: registry.port %d: a registry needs runtime.kind containerd and a port of 1 to 65535", path, s.Registry.Port)
