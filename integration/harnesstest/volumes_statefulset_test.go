@@ -64,7 +64,9 @@ func TestVolumesStatefulSetOnLocalPath(t *testing.T) {
 	if _, err := c.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.AppsV1().StatefulSets("default").Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.AppsV1().StatefulSets("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	claims := make([]string, replicas)
 	for i := range claims {
 		claims[i] = fmt.Sprintf("data-%s-%d", name, i)

@@ -287,6 +287,10 @@ func mountsOf(uids map[string]bool) map[string]int {
 	return out
 }
 
+// TestVolumesSIGKILLDuringChurnLosesNothing: 30 pods with a secret, an emptyDir and a
+// claim on a local PV each; unitlet-volumes SIGKILLed while it prepares them and again
+// with all running: every pod runs, each local volume mounted once, nothing lost; all
+// unmounted once the pods go, the local volumes' files kept.
 func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	// Serial: SIGKILLs unitlet-volumes.
 	const n = 30
@@ -295,13 +299,33 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	secrets := c.CoreV1().Secrets("default")
 	createObject(t, secrets.Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "churn"}, Data: map[string][]byte{"k": []byte("v")}}, secrets.Delete, "churn")
 	var names []string
+	// Each pod also has a claim on a local PV of its own (bind-mounted by unitlet-volumes).
+	disks := t.TempDir()
+	pvs, pvcs := c.CoreV1().PersistentVolumes(), c.CoreV1().PersistentVolumeClaims("default")
+	onNode := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{podsyncNode}}}}}}}
 	for i := 0; i < n; i++ {
-		p := busyboxPod(fmt.Sprintf("churn-%02d", i), "while true; do sleep 1; done")
+		name := fmt.Sprintf("churn-%02d", i)
+		disk := filepath.Join(disks, name)
+		if err := os.Mkdir(disk, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		createObject(t, pvs.Create, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: disk}}, NodeAffinity: onNode,
+			AccessModes: rwo, Capacity: size, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		}}, pvs.Delete, "pv-"+name)
+		createObject(t, pvcs.Create, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(""), VolumeName: "pv-" + name, AccessModes: rwo, Resources: corev1.VolumeResourceRequirements{Requests: size},
+		}}, pvcs.Delete, name)
+		p := busyboxPod(name, "while true; do sleep 1; done")
 		p.Spec.Volumes = []corev1.Volume{
 			{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "churn"}}},
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}},
 		}
-		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "sec", MountPath: "/sec"}, {Name: "scratch", MountPath: "/scratch"}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "sec", MountPath: "/sec"}, {Name: "scratch", MountPath: "/scratch"}, {Name: "disk", MountPath: "/disk"}}
 		if _, err := c.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -347,13 +371,26 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 				t.Errorf("%s: %s reads %q (%v) from its secret volume", when, name, out, err)
 			}
 		}
+		// Each local volume bind-mounted once, for its own pod: never twice after a restart.
+		table := mountTable(t)
+		for _, name := range names {
+			p, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			at := filepath.Join(stack.NodeRootDir(podsyncNode), "pods", string(p.UID), "volumes", "kubernetes.io~local-volume", "pv-"+name)
+			if k := strings.Count(table, " "+at+" "); k != 1 {
+				failed = true
+				t.Errorf("%s: %s's local volume is mounted %d times at %s, want once", when, name, k, at)
+			}
+		}
 		if failed {
 			t.Logf("the services' logs:\n%s", stack.Logs(80))
 		}
 	}
 	check("after a SIGKILL while preparing")
 	// Killed again with everything running: on its restart it unmounts and deletes nothing.
-	mustInPod(t, names[0], "sh", "-c", "echo kept >/scratch/f")
+	mustInPod(t, names[0], "sh", "-c", "echo kept >/scratch/f && echo kept >/disk/f")
 	sigkill(t, "volumes")
 	restartServices(t)
 	time.Sleep(5 * time.Second) // its reconcile at start
@@ -361,12 +398,18 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	if out := strings.TrimSpace(mustInPod(t, names[0], "cat", "/scratch/f")); out != "kept" {
 		t.Errorf("the emptyDir lost its file across the restart: %q", out)
 	}
+	if out := strings.TrimSpace(mustInPod(t, names[0], "cat", "/disk/f")); out != "kept" {
+		t.Errorf("the local volume lost its file across the restart: %q", out)
+	}
 	// Deleted: every pod's volumes are released.
 	for _, name := range names {
 		_ = c.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	}
-	stack.WaitFor(t, 2*time.Minute, "every pod's tmpfs unmounted", func(ctx context.Context) (bool, string) {
+	stack.WaitFor(t, 2*time.Minute, "every pod's tmpfs and local volume unmounted", func(ctx context.Context) (bool, string) {
 		m := mountsOf(uids)
 		return len(m) == 0, fmt.Sprintf("%d pods still have mounts", len(m))
 	})
+	if b, err := os.ReadFile(filepath.Join(disks, names[0], "f")); err != nil || strings.TrimSpace(string(b)) != "kept" {
+		t.Errorf("%s's local volume after the pod went: %q %v, want its file kept", names[0], b, err)
+	}
 }
