@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/storage/ephemeral"
-	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/unitlet/unitlet/services/volumes/hostpath"
 	"github.com/unitlet/unitlet/services/volumes/ownership"
@@ -151,7 +151,7 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 		if err != nil {
 			return nil, fmt.Errorf("read this node's labels for PersistentVolume %s's node affinity: %w", pv.Name, err)
 		}
-		if err := storagehelpers.CheckNodeAffinity(pv, labels); err != nil {
+		if err := nodeAffinityMatches(pv, labels); err != nil {
 			return nil, fmt.Errorf("MountVolume.NodeAffinity check failed for PersistentVolume %s: %w", pv.Name, err)
 		}
 	}
@@ -311,4 +311,22 @@ func sourceKind(s any) string {
 		}
 	}
 	return "unknown"
+}
+
+// nodeAffinityMatches checks the PV's required node affinity against the node's labels, as
+// the kubelet does (component-helpers' CheckNodeAffinity, whose package would link
+// client-go's whole scheme into this service).
+func nodeAffinityMatches(pv *corev1.PersistentVolume, labels map[string]string) error {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+	ok, err := schedulinghelpers.MatchNodeSelectorTerms(node, pv.Spec.NodeAffinity.Required)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("no matching NodeSelectorTerms")
+	}
+	return nil
 }
