@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -46,7 +47,7 @@ var codecs = sync.OnceValue(func() apiCodecs {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, coordinationv1.AddToScheme, certificatesv1.AddToScheme,
-		nodev1.AddToScheme, authenticationv1.AddToScheme,
+		nodev1.AddToScheme, storagev1.AddToScheme, authenticationv1.AddToScheme,
 	} {
 		// Adding generated types to a new scheme fails only on a programming error.
 		if err := add(s); err != nil {
@@ -87,6 +88,9 @@ type (
 	RuntimeClassIface  = Object[*nodev1.RuntimeClass, *nodev1.RuntimeClassList]
 	PVCInterface       = WithStatus[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList]
 	PVInterface        = WithStatus[*corev1.PersistentVolume, *corev1.PersistentVolumeList]
+	CSINodeInterface   = Object[*storagev1.CSINode, *storagev1.CSINodeList]
+	CSIDriverInterface = Object[*storagev1.CSIDriver, *storagev1.CSIDriverList]
+	VolumeAttachmentIf = WithStatus[*storagev1.VolumeAttachment, *storagev1.VolumeAttachmentList]
 )
 
 // ServiceAccountInterface adds the token subresource to a service account's client.
@@ -101,6 +105,7 @@ type Interface interface {
 	CoordinationV1() CoordinationV1Interface
 	CertificatesV1() CertificatesV1Interface
 	NodeV1() NodeV1Interface
+	StorageV1() StorageV1Interface
 }
 
 type CoreV1Interface interface {
@@ -121,6 +126,12 @@ type CoordinationV1Interface interface {
 
 type CertificatesV1Interface interface {
 	CertificateSigningRequests() CSRInterface
+}
+
+type StorageV1Interface interface {
+	CSINodes() CSINodeInterface
+	CSIDrivers() CSIDriverInterface
+	VolumeAttachments() VolumeAttachmentIf
 }
 
 type NodeV1Interface interface {
@@ -154,6 +165,7 @@ func NewForConfig(rc *rest.Config) (Interface, error) {
 		{"/apis", coordinationv1.SchemeGroupVersion},
 		{"/apis", certificatesv1.SchemeGroupVersion},
 		{"/apis", nodev1.SchemeGroupVersion},
+		{"/apis", storagev1.SchemeGroupVersion},
 	}
 	clients := make([]rest.Interface, len(groups))
 	for i, g := range groups {
@@ -165,7 +177,7 @@ func NewForConfig(rc *rest.Config) (Interface, error) {
 		}
 	}
 	return &clientset{core: coreClient{clients[0]}, coordination: coordinationClient{clients[1]},
-		certificates: certificatesClient{clients[2]}, node: nodeClient{clients[3]}}, nil
+		certificates: certificatesClient{clients[2]}, node: nodeClient{clients[3]}, storage: storageClient{clients[4]}}, nil
 }
 
 type clientset struct {
@@ -173,12 +185,14 @@ type clientset struct {
 	coordination coordinationClient
 	certificates certificatesClient
 	node         nodeClient
+	storage      storageClient
 }
 
 func (c *clientset) CoreV1() CoreV1Interface                 { return c.core }
 func (c *clientset) CoordinationV1() CoordinationV1Interface { return c.coordination }
 func (c *clientset) CertificatesV1() CertificatesV1Interface { return c.certificates }
 func (c *clientset) NodeV1() NodeV1Interface                 { return c.node }
+func (c *clientset) StorageV1() StorageV1Interface           { return c.storage }
 
 func typed[T interface {
 	runtime.Object
@@ -256,4 +270,17 @@ type nodeClient struct{ r rest.Interface }
 
 func (c nodeClient) RuntimeClasses() RuntimeClassIface {
 	return typed[*nodev1.RuntimeClass, *nodev1.RuntimeClassList](c.r, "runtimeclasses", "", true)
+}
+
+type storageClient struct{ r rest.Interface }
+
+// The storage group's types have protobuf encodings too.
+func (c storageClient) CSINodes() CSINodeInterface {
+	return typed[*storagev1.CSINode, *storagev1.CSINodeList](c.r, "csinodes", "", true)
+}
+func (c storageClient) CSIDrivers() CSIDriverInterface {
+	return typed[*storagev1.CSIDriver, *storagev1.CSIDriverList](c.r, "csidrivers", "", true)
+}
+func (c storageClient) VolumeAttachments() VolumeAttachmentIf {
+	return typed[*storagev1.VolumeAttachment, *storagev1.VolumeAttachmentList](c.r, "volumeattachments", "", true)
 }

@@ -26,6 +26,7 @@ func (a clientset) CoreV1() kubeapi.CoreV1Interface                 { return a }
 func (a clientset) CoordinationV1() kubeapi.CoordinationV1Interface { return a }
 func (a clientset) CertificatesV1() kubeapi.CertificatesV1Interface { return a }
 func (a clientset) NodeV1() kubeapi.NodeV1Interface                 { return a }
+func (a clientset) StorageV1() kubeapi.StorageV1Interface           { return a }
 
 func (a clientset) Pods(ns string) kubeapi.PodInterface         { return a.c.CoreV1().Pods(ns) }
 func (a clientset) Nodes() kubeapi.NodeInterface                { return a.c.CoreV1().Nodes() }
@@ -49,3 +50,10 @@ func (a clientset) CertificateSigningRequests() kubeapi.CSRInterface {
 	return a.c.CertificatesV1().CertificateSigningRequests()
 }
 func (a clientset) RuntimeClasses() kubeapi.RuntimeClassIface { return a.c.NodeV1().RuntimeClasses() }
+func (a clientset) CSINodes() kubeapi.CSINodeInterface        { return a.c.StorageV1().CSINodes() }
+func (a clientset) CSIDrivers() kubeapi.CSIDriverInterface {
+	return a.c.StorageV1().CSIDrivers()
+}
+func (a clientset) VolumeAttachments() kubeapi.VolumeAttachmentIf {
+	return a.c.StorageV1().VolumeAttachments()
+}
