@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
 	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
+	"github.com/unitlet/unitlet/services/volumes/csi"
+	"github.com/unitlet/unitlet/services/volumes/pluginwatcher"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -96,6 +99,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// tokens), rebuilt after a restart; volumes of pods podsync and the runtime no longer
 	// have released.
 	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, reconcilePeriod(kc)) })
+	// CSI node plugins: registration sockets in <root-dir>/plugins_registry, as the
+	// kubelet's plugin watcher; each driver recorded in CSINode and on the Node.
+	drivers := csi.NewHandler(csi.NewAPINodeInfo(client, node.Name), log.With("component", "csi"))
+	plugins := pluginwatcher.New(filepath.Join(nc.Paths.GetRootDir(), "plugins_registry"), map[string]pluginwatcher.Handler{registerapi.CSIPlugin: drivers}, log.With("component", "pluginwatcher"))
+	d.Go("plugins", plugins.Run)
 	// Usage: every volume's bytes and inodes.
 	d.Go("usage", func(ctx context.Context) error { return m.MeasureEvery(ctx, measureEvery) })
 	// A new configuration generation that changes what this service applies at start
