@@ -1,0 +1,178 @@
+// Package csidriver is the harness's own CSI test driver, run on a node as
+// node-driver-registrar and a driver's node plugin run there: a registration socket in
+// the node's plugins_registry speaking the kubelet's plugin registration API, and the
+// driver's CSI socket (Identity and Node services). It records what the node asked, so
+// tests can check the exact calls.
+package csidriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// Options are the driver's name, where its sockets go and what NodeGetInfo answers.
+type Options struct {
+	Name string
+	// RegistrationDir is the node's <root-dir>/plugins_registry; the registration socket
+	// is <Name>-reg.sock there.
+	RegistrationDir string
+	// Endpoint is the driver's CSI socket.
+	Endpoint          string
+	NodeID            string
+	MaxVolumesPerNode int64
+	Topology          map[string]string
+}
+
+// Driver is a running test driver.
+type Driver struct {
+	o       Options
+	servers []*grpc.Server
+
+	mu       sync.Mutex
+	notified []*registerapi.RegistrationStatus
+	calls    []string
+}
+
+// Start serves the driver's CSI socket, then its registration socket (as
+// node-driver-registrar starts once the driver answers).
+func Start(o Options) (*Driver, error) {
+	d := &Driver{o: o}
+	csiServer := grpc.NewServer()
+	csipb.RegisterIdentityServer(csiServer, identity{d})
+	csipb.RegisterNodeServer(csiServer, &node{d: d})
+	if err := d.serve(csiServer, o.Endpoint); err != nil {
+		return nil, err
+	}
+	regServer := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(regServer, registration{d: d})
+	if err := d.serve(regServer, d.RegistrationSocket()); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// RegistrationSocket is the driver's socket in the node's plugins_registry.
+func (d *Driver) RegistrationSocket() string {
+	return filepath.Join(d.o.RegistrationDir, d.o.Name+"-reg.sock")
+}
+
+func (d *Driver) serve(s *grpc.Server, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	d.servers = append(d.servers, s)
+	go func() { _ = s.Serve(l) }()
+	return nil
+}
+
+// Unregister removes the registration socket, as node-driver-registrar does when it stops:
+// the node takes the driver out.
+func (d *Driver) Unregister() error {
+	if len(d.servers) > 1 {
+		d.servers[1].Stop()
+	}
+	if err := os.Remove(d.RegistrationSocket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Stop stops serving and removes both sockets.
+func (d *Driver) Stop() {
+	for _, s := range d.servers {
+		s.Stop()
+	}
+	_ = os.Remove(d.RegistrationSocket())
+	_ = os.Remove(d.o.Endpoint)
+}
+
+// Notified are the registration statuses the node sent, in order.
+func (d *Driver) Notified() []*registerapi.RegistrationStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*registerapi.RegistrationStatus(nil), d.notified...)
+}
+
+// Calls are the CSI calls the node made, in order (their method names).
+func (d *Driver) Calls() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.calls...)
+}
+
+func (d *Driver) record(call string) {
+	d.mu.Lock()
+	d.calls = append(d.calls, call)
+	d.mu.Unlock()
+}
+
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	d *Driver
+}
+
+func (r registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.d.o.Name, Endpoint: r.d.o.Endpoint, SupportedVersions: []string{"1.0.0"}}, nil
+}
+
+func (r registration) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	r.d.mu.Lock()
+	r.d.notified = append(r.d.notified, s)
+	r.d.mu.Unlock()
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+type identity struct{ d *Driver }
+
+func (i identity) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	i.d.record("GetPluginInfo")
+	return &csipb.GetPluginInfoResponse{Name: i.d.o.Name, VendorVersion: "0.1.0"}, nil
+}
+
+func (i identity) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	i.d.record("GetPluginCapabilities")
+	return &csipb.GetPluginCapabilitiesResponse{}, nil
+}
+
+func (i identity) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	i.d.record("Probe")
+	return &csipb.ProbeResponse{}, nil
+}
+
+// node is the driver's Node service: node information for now; volumes' calls answer
+// Unimplemented.
+type node struct {
+	csipb.UnimplementedNodeServer
+	d *Driver
+}
+
+func (n *node) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	n.d.record("NodeGetInfo")
+	res := &csipb.NodeGetInfoResponse{NodeId: n.d.o.NodeID, MaxVolumesPerNode: n.d.o.MaxVolumesPerNode}
+	if len(n.d.o.Topology) > 0 {
+		res.AccessibleTopology = &csipb.Topology{Segments: n.d.o.Topology}
+	}
+	return res, nil
+}
+
+func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	n.d.record("NodeGetCapabilities")
+	return &csipb.NodeGetCapabilitiesResponse{}, nil
+}
