@@ -343,6 +343,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./services/status/nodeapi/
 	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/eviction/policy/
+	$(GO) test -run='^$$' -fuzz='^FuzzSetNodeID$$' -fuzztime=$(FUZZTIME) ./services/volumes/csi/
 
 # The description of the payloads the bus carries in bytes fields (shared/payload;
 # README.md, "Payload versioning"), generated with the code and checked with it.

@@ -159,6 +159,9 @@ func setNodeID(node *corev1.Node, driver, id string) (bool, error) {
 		if err := json.Unmarshal([]byte(v), &ids); err != nil {
 			return false, fmt.Errorf("the Node's %s annotation %q is not a JSON object: %w", annotationNodeID, v, err)
 		}
+		if ids == nil { // "null"
+			ids = map[string]string{}
+		}
 	}
 	if ids[driver] == id {
 		return false, nil
