@@ -172,6 +172,26 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 	return nil, fmt.Errorf("PersistentVolume %s has a %s source: unitlet-volumes mounts hostPath and local persistent volumes", pv.Name, sourceKind(pv.Spec.PersistentVolumeSource))
 }
 
+// claimSetUp is the volume record of a claim volume this process already set up for the
+// pod (nil for other volumes, or none yet): its local mount is checked to be there still.
+func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
+	if v.PersistentVolumeClaim == nil && v.Ephemeral == nil {
+		return nil
+	}
+	m.mu.Lock()
+	old := pv.volumes[v.Name]
+	m.mu.Unlock()
+	if old == nil || old.claim == "" {
+		return nil
+	}
+	if old.plugin == pluginLocal {
+		if mounted, err := isMountPoint(old.path); err != nil || !mounted {
+			return nil
+		}
+	}
+	return old
+}
+
 // claimOnce refuses a ReadWriteOncePod claim that another pod on the node has prepared and
 // not released: one pod at a time, whatever the scheduler thought.
 func (m *Manager) claimOnce(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) error {

@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,12 +20,14 @@ import (
 
 // fakeClaims serves claims and volumes from maps, and the node's labels.
 type fakeClaims struct {
+	reads  int
 	pvcs   map[string]*corev1.PersistentVolumeClaim
 	pvs    map[string]*corev1.PersistentVolume
 	labels map[string]string
 }
 
 func (f *fakeClaims) Claim(_ context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	f.reads++
 	if c := f.pvcs[ns+"/"+name]; c != nil {
 		return c.DeepCopy(), nil
 	}
@@ -134,7 +137,7 @@ func TestClaimOnAHostPathVolume(t *testing.T) {
 	host := t.TempDir()
 	f.bind("data", "pv-host", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}})
 	for _, ro := range []bool{false, true} {
-		cms, err := m.Prepare(context.Background(), claimPod("uid-h", "data", ro))
+		cms, err := m.Prepare(context.Background(), claimPod(fmt.Sprintf("uid-h-%v", ro), "data", ro))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,6 +145,14 @@ func TestClaimOnAHostPathVolume(t *testing.T) {
 		if got == nil || got.HostPath != host || got.ReadOnly != ro {
 			t.Errorf("readOnly %v: mount %+v, want %s read-only %v", ro, got, host, ro)
 		}
+	}
+	// Prepared again (each reconcile period): the claim is not read again.
+	reads := f.reads
+	if _, err := m.Prepare(context.Background(), claimPod("uid-h-false", "data", false)); err != nil {
+		t.Fatal(err)
+	}
+	if f.reads != reads {
+		t.Errorf("a second prepare read the API %d times, want none", f.reads-reads)
 	}
 }
 

@@ -233,6 +233,12 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 	vols := map[string]*volume{}
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		if set := m.claimSetUp(pv, v); set != nil {
+			// A claim resolved and mounted once stays so for the pod's life, as with the
+			// kubelet: no API reads each period.
+			vols[v.Name] = set
+			continue
+		}
 		done := m.during(fmt.Sprintf("setting up volume %s of pod %s/%s", v.Name, pod.Namespace, pod.Name))
 		vol, err := m.setUp(ctx, pod, v)
 		done()
