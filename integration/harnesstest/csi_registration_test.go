@@ -25,7 +25,8 @@ func TestCSIDriverRegistersThroughThePluginWatcher(t *testing.T) {
 	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
-	const name = "registration.csi.unitlet.test"
+	// Short: the sockets' paths under the stack's root dir must fit a Unix socket address (108 bytes).
+	const name = "reg.csi.unitlet.test"
 	root := stack.NodeRootDir(podsyncNode)
 	start := time.Now()
 	d, err := csidriver.Start(csidriver.Options{
