@@ -8,13 +8,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/unitlet/unitlet/integration/harness"
 )
 
 // TestFSGroupVolumesUnderTheShippedUnit runs a pod with fsGroup and a volume of each kind
-// on the vm node, where unitlet-volumes runs under its shipped unit (systemd's sandbox
+// (a claim on a local PV among them, with fsGroupChangePolicy OnRootMismatch) on the vm
+// node, where unitlet-volumes runs under its shipped unit (systemd's sandbox
 // enforced). The unit once had RestrictSUIDSGID=yes, which made the set-group-ID volume
 // directories fail with EPERM: such a pod stayed in ContainerCreating. Each volume's files
 // must belong to the fsGroup, emptyDirs must be set-group-ID so a file the container makes
@@ -40,11 +42,44 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		_ = c.CoreV1().Secrets(ns).Delete(context.Background(), sec.Name, metav1.DeleteOptions{})
 	}()
 
+	// A claim on a local PV: a directory in the guest whose root already has the fsGroup
+	// (group-writable, set-group-ID), holding a file of root's group. With
+	// fsGroupChangePolicy OnRootMismatch that file keeps its group; the directory is
+	// bind-mounted by unitlet-volumes under its unit.
+	const disk = "/var/lib/unitlet-test/vm-fsgroup-disk"
+	stack.InNode(t, n.Name, "sh", "-c", "rm -rf "+disk+" && mkdir -p "+disk+" && echo old > "+disk+"/old && chgrp 2000 "+disk+" && chmod 2775 "+disk)
+	defer func() { _ = stack.Exec(n.Name, []string{"rm", "-rf", disk}).Run() }()
+	size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "vm-fsgroup-pv"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: disk}},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{n.Name}}}}}}},
+		AccessModes: rwo, Capacity: size, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+	}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "vm-fsgroup-pvc", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		StorageClassName: new(string), VolumeName: pv.Name, AccessModes: rwo, Resources: corev1.VolumeResourceRequirements{Requests: size},
+	}}
+	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	}()
+	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), pvc.Name, metav1.DeleteOptions{})
+	}()
+
 	fsGroup, user, grace := int64(2000), int64(1000), int64(1)
+	onRootMismatch := corev1.FSGroupChangeOnRootMismatch
 	mode := int32(0o440)
 	script := strings.Join([]string{
-		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem",
+		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem /disk /disk/old",
 		"echo x > /scratch/made && stat -L -c 'STAT %n %g %a' /scratch/made",
+		"echo x > /disk/made && stat -L -c 'STAT %n %g %a' /disk/made",
 		"grep ' /mem ' /proc/self/mounts | sed 's/^/MOUNT /'",
 		"sed 's/^/SUB /' /sub; echo",
 		"echo DONE",
@@ -55,7 +90,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  new(bool),
-			SecurityContext:               &corev1.PodSecurityContext{FSGroup: &fsGroup, RunAsUser: &user},
+			SecurityContext:               &corev1.PodSecurityContext{FSGroup: &fsGroup, RunAsUser: &user, FSGroupChangePolicy: &onRootMismatch},
 			Containers: []corev1.Container{{
 				Name: "c", Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh", "-c", script},
@@ -67,6 +102,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 					{Name: "cm", MountPath: "/sub", SubPath: "a"},
 					{Name: "scratch", MountPath: "/scratch"},
 					{Name: "mem", MountPath: "/mem"},
+					{Name: "disk", MountPath: "/disk"},
 				},
 			}},
 			Volumes: []corev1.Volume{
@@ -80,6 +116,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 				}}}},
 				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+				{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}},
 			},
 		},
 	}
@@ -132,7 +169,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 			mounts = append(mounts, rest)
 		}
 	}
-	for _, p := range []string{"/cm/a", "/sec/s", "/dapi/labels", "/proj/a", "/scratch", "/mem", "/scratch/made"} {
+	for _, p := range []string{"/cm/a", "/sec/s", "/dapi/labels", "/proj/a", "/scratch", "/mem", "/scratch/made", "/disk", "/disk/made"} {
 		st, ok := stats[p]
 		if !ok {
 			t.Errorf("%s: not in the container's report:\n%s", p, out)
@@ -149,6 +186,14 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		if st := stats[p]; !strings.HasPrefix(st[1], "2") {
 			t.Errorf("%s: mode %s, want set-group-ID (2xxx) so new files take the fsGroup", p, st[1])
 		}
+	}
+	// OnRootMismatch: the local volume's root had the group, so nothing below it changed.
+	if st, ok := stats["/disk/old"]; !ok || st[0] != "0" {
+		t.Errorf("/disk/old: group %q, want root's 0 kept (fsGroupChangePolicy OnRootMismatch, the root already matching)", st[0])
+	}
+	// The local volume is unitlet-volumes' bind mount at the kubelet's path for it.
+	if o, err := stack.Exec(n.Name, []string{"grep", "-c", "/pods/" + string(created.UID) + "/volumes/kubernetes.io~local-volume/" + pv.Name, "/proc/self/mountinfo"}).CombinedOutput(); err != nil || strings.TrimSpace(string(o)) == "0" {
+		t.Errorf("no bind mount of the local volume in the guest for the pod: %v %s", err, o)
 	}
 	if _, ok := stats["/sub"]; !ok {
 		t.Errorf("/sub (a configMap key by subPath): not in the container's report:\n%s", out)
