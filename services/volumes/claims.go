@@ -109,9 +109,9 @@ func (m *Manager) boundVolume(ctx context.Context, pod *corev1.Pod, src *corev1.
 	return pvc, pv, nil
 }
 
-// setUpClaim makes a pod's persistentVolumeClaim or generic ephemeral volume ready: the bound volume's source,
-// if it is one unitlet-volumes mounts (hostPath, a local directory), else an error naming
-// the source.
+// setUpClaim makes a pod's persistentVolumeClaim or generic ephemeral volume ready: the
+// bound volume's source, if it is one unitlet-volumes mounts (hostPath, a local
+// directory), else an error naming the source.
 func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	src := v.PersistentVolumeClaim
 	if v.Ephemeral != nil {
