@@ -3,12 +3,15 @@ module github.com/unitlet/unitlet/integration
 go 1.26.0
 
 require (
+	github.com/container-storage-interface/spec v1.9.0
 	github.com/hashicorp/yamux v0.1.2
+	github.com/moby/sys/mountinfo v0.7.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/unitlet/unitlet/proto v0.0.0
 	github.com/unitlet/unitlet/services/podsync v0.0.0
 	github.com/unitlet/unitlet/shared v0.0.0
 	golang.org/x/crypto v0.47.0
+	golang.org/x/sys v0.40.0
 	google.golang.org/grpc v1.79.3
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3
@@ -24,7 +27,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/container-storage-interface/spec v1.9.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
@@ -56,7 +58,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/net v0.49.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/term v0.39.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -30,6 +30,14 @@ type Options struct {
 	NodeID            string
 	MaxVolumesPerNode int64
 	Topology          map[string]string
+	// StateDir holds the volumes' data: a directory per volume handle, or with Stage an
+	// ext4 image per handle (<handle>.img), made on first use.
+	StateDir string
+	// Stage: the driver has STAGE_UNSTAGE_VOLUME; NodeStageVolume puts the volume's ext4
+	// image on a loop device and mounts it at the staging path, NodePublishVolume
+	// bind-mounts that at the target. Without it NodePublishVolume bind-mounts the
+	// volume's directory.
+	Stage bool
 }
 
 // Driver is a running test driver.
@@ -39,7 +47,15 @@ type Driver struct {
 
 	mu       sync.Mutex
 	notified []*registerapi.RegistrationStatus
-	calls    []string
+	calls    []Call
+}
+
+// Call is one call the node made.
+type Call struct {
+	Method, VolumeID, Target, Staging string
+	ReadOnly                          bool
+	VolumeContext                     map[string]string
+	Capability                        *csipb.VolumeCapability
 }
 
 // Start serves the driver's CSI socket, then its registration socket (as
@@ -110,16 +126,29 @@ func (d *Driver) Notified() []*registerapi.RegistrationStatus {
 	return append([]*registerapi.RegistrationStatus(nil), d.notified...)
 }
 
-// Calls are the CSI calls the node made, in order (their method names).
-func (d *Driver) Calls() []string {
+// Calls are the CSI calls the node made, in order.
+func (d *Driver) Calls() []Call {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]string(nil), d.calls...)
+	return append([]Call(nil), d.calls...)
 }
 
-func (d *Driver) record(call string) {
+// VolumeCalls are the methods of the calls the node made for one volume, in order.
+func (d *Driver) VolumeCalls(handle string) []string {
+	var out []string
+	for _, c := range d.Calls() {
+		if c.VolumeID == handle {
+			out = append(out, c.Method)
+		}
+	}
+	return out
+}
+
+func (d *Driver) record(method string) { d.recordCall(Call{Method: method}) }
+
+func (d *Driver) recordCall(c Call) {
 	d.mu.Lock()
-	d.calls = append(d.calls, call)
+	d.calls = append(d.calls, c)
 	d.mu.Unlock()
 }
 
@@ -154,25 +183,4 @@ func (i identity) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabil
 func (i identity) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
 	i.d.record("Probe")
 	return &csipb.ProbeResponse{}, nil
-}
-
-// node is the driver's Node service: node information for now; volumes' calls answer
-// Unimplemented.
-type node struct {
-	csipb.UnimplementedNodeServer
-	d *Driver
-}
-
-func (n *node) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	n.d.record("NodeGetInfo")
-	res := &csipb.NodeGetInfoResponse{NodeId: n.d.o.NodeID, MaxVolumesPerNode: n.d.o.MaxVolumesPerNode}
-	if len(n.d.o.Topology) > 0 {
-		res.AccessibleTopology = &csipb.Topology{Segments: n.d.o.Topology}
-	}
-	return res, nil
-}
-
-func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	n.d.record("NodeGetCapabilities")
-	return &csipb.NodeGetCapabilitiesResponse{}, nil
 }

@@ -18,6 +18,7 @@ import (
 	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/storage/ephemeral"
 
+	"github.com/unitlet/unitlet/services/volumes/csi"
 	"github.com/unitlet/unitlet/services/volumes/hostpath"
 	"github.com/unitlet/unitlet/services/volumes/ownership"
 	"github.com/unitlet/unitlet/shared/kubeapi"
@@ -168,8 +169,14 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 			return nil, err
 		}
 		return &volume{name: v.Name, plugin: pluginLocal, path: dir, readOnly: readOnly, claim: pvc.Name, source: pv.Spec.Local.Path}, nil
+	case pv.Spec.CSI != nil && m.csi != nil:
+		path, err := m.csi.SetUp(ctx, csi.Publication{Pod: pod, PV: pv, Dir: m.volumeDir(pod.UID, csi.PluginName, pv.Name), ReadOnly: readOnly})
+		if err != nil {
+			return nil, err
+		}
+		return &volume{name: v.Name, plugin: csi.PluginName, path: path, readOnly: readOnly, claim: pvc.Name}, nil
 	}
-	return nil, fmt.Errorf("PersistentVolume %s has a %s source: unitlet-volumes mounts hostPath and local persistent volumes", pv.Name, sourceKind(pv.Spec.PersistentVolumeSource))
+	return nil, fmt.Errorf("PersistentVolume %s has a %s source: unitlet-volumes mounts hostPath, local and csi persistent volumes", pv.Name, sourceKind(pv.Spec.PersistentVolumeSource))
 }
 
 // claimSetUp is the volume record of a claim volume this process already set up for the
@@ -184,7 +191,7 @@ func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
 	if old == nil || old.claim == "" {
 		return nil
 	}
-	if old.plugin == pluginLocal {
+	if old.plugin == pluginLocal || old.plugin == csi.PluginName {
 		if mounted, err := isMountPoint(old.path); err != nil || !mounted {
 			return nil
 		}
@@ -318,6 +325,23 @@ func tearDownLocal(dir string) error {
 		return fmt.Errorf("tear down local volume %s: %w (left as it is: a local volume's files are never removed)", dir, err)
 	}
 	return nil
+}
+
+// tearDownCSI unpublishes a pod's CSI volume (and unstages it when no other pod uses it).
+func (m *Manager) tearDownCSI(ctx context.Context, dir string) error {
+	if m.csi == nil {
+		return fmt.Errorf("tear down CSI volume %s: this unitlet-volumes mounts no CSI volumes", dir)
+	}
+	return m.csi.TearDown(ctx, dir)
+}
+
+// UnstageOrphans unstages the CSI volumes staged on the node that no pod has published
+// (a restart came between a pod's unpublish and its volume's unstage).
+func (m *Manager) UnstageOrphans(ctx context.Context) error {
+	if m.csi == nil {
+		return nil
+	}
+	return m.csi.UnstageOrphans(ctx)
 }
 
 // sourceKind names the source that is set in a volume or persistent volume source (its

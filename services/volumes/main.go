@@ -71,14 +71,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer podsyncConn.Close()
 
 	tokens, forgetTokens := newTokens(client, clk, log)
+	drivers := csi.NewHandler(csi.NewAPINodeInfo(client, node.Name), log.With("component", "csi"))
 	var claims Claims
+	var csiVolumes CSIVolumes
 	if client != nil {
 		claims = apiClaims{client: client, node: node.Name}
+		csiVolumes = csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client}, RootDir: nc.Paths.GetRootDir(), NodeName: node.Name, Log: log.With("component", "csi")})
 	}
 	m := NewManager(ManagerOptions{
 		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),
 		Payloads: &apiPayloads{client: client, objects: objects{client: client}, tokens: tokens, allocatable: node.Status.Allocatable},
 		Claims:   claims,
+		CSI:      csiVolumes,
 		Memory:   node.Status.Allocatable.Memory(),
 		Released: forgetTokens,
 		Clock:    clk,
@@ -101,7 +105,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.Go("reconcile", func(ctx context.Context) error { return rec.Run(ctx, reconcilePeriod(kc)) })
 	// CSI node plugins: registration sockets in <root-dir>/plugins_registry, as the
 	// kubelet's plugin watcher; each driver recorded in CSINode and on the Node.
-	drivers := csi.NewHandler(csi.NewAPINodeInfo(client, node.Name), log.With("component", "csi"))
 	plugins := pluginwatcher.New(filepath.Join(nc.Paths.GetRootDir(), "plugins_registry"), map[string]pluginwatcher.Handler{registerapi.CSIPlugin: drivers}, log.With("component", "pluginwatcher"))
 	d.Go("plugins", plugins.Run)
 	// Usage: every volume's bytes and inodes.

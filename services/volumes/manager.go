@@ -22,6 +22,7 @@ import (
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/volumes/atomicwriter"
+	"github.com/unitlet/unitlet/services/volumes/csi"
 	"github.com/unitlet/unitlet/services/volumes/emptydir"
 	"github.com/unitlet/unitlet/services/volumes/hostpath"
 	"github.com/unitlet/unitlet/services/volumes/ownership"
@@ -68,6 +69,8 @@ type Manager struct {
 	payloads Payloads
 	// claims reads persistent volume claims and volumes; nil: standalone.
 	claims Claims
+	// csi mounts CSI persistent volumes; nil: none are mounted.
+	csi CSIVolumes
 	// memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	memory *resource.Quantity
@@ -148,7 +151,7 @@ type volume struct {
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
 func NewManager(o ManagerOptions) *Manager {
-	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, csi: o.CSI, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
 }
 
 // ManagerOptions are what a Manager is built from.
@@ -159,6 +162,8 @@ type ManagerOptions struct {
 	// Claims reads persistent volume claims and volumes; nil when the node runs
 	// standalone (such volumes are then refused).
 	Claims Claims
+	// CSI mounts CSI persistent volumes; nil refuses them.
+	CSI CSIVolumes
 	// Memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	Memory *resource.Quantity
@@ -453,7 +458,7 @@ func (m *Manager) release(ctx context.Context, uid types.UID, since time.Time) (
 		m.releasing(uid)
 	}
 	done := m.during("releasing the volumes of pod " + string(uid))
-	err := m.tearDownDir(uid)
+	err := m.tearDownDir(ctx, uid)
 	done()
 	if err != nil {
 		m.mu.Lock()
@@ -474,7 +479,7 @@ func (m *Manager) release(ctx context.Context, uid types.UID, since time.Time) (
 
 // tearDownDir removes <pods>/<uid>/volume-subpaths and <pods>/<uid>/volumes, unmounting
 // what is mounted there first: the subPaths' bind mounts before the volumes they show.
-func (m *Manager) tearDownDir(uid types.UID) error {
+func (m *Manager) tearDownDir(ctx context.Context, uid types.UID) error {
 	if err := subpath.UnbindAll(filepath.Join(m.podsDir, string(uid), "volume-subpaths")); err != nil {
 		return fmt.Errorf("release the subPath mounts of pod %s: %w", uid, err)
 	}
@@ -493,8 +498,11 @@ func (m *Manager) tearDownDir(uid types.UID) error {
 		}
 		for _, n := range names {
 			tearDown := emptydir.TearDown
-			if p.Name() == escapePlugin(pluginLocal) {
+			switch p.Name() {
+			case escapePlugin(pluginLocal):
 				tearDown = tearDownLocal
+			case escapePlugin(csi.PluginName):
+				tearDown = func(dir string) error { return m.tearDownCSI(ctx, dir) }
 			}
 			if err := tearDown(filepath.Join(base, p.Name(), n.Name())); err != nil {
 				return fmt.Errorf("release volume %s of pod %s: %w", n.Name(), uid, err)
@@ -594,7 +602,7 @@ func (m *Manager) Measure() {
 			m.measuring(v.path)
 		}
 		measure := usage.Measure
-		if v.plugin == pluginLocal {
+		if v.plugin == pluginLocal || v.plugin == csi.PluginName {
 			// A persistent volume: its file system's usage, as the kubelet's local plugin
 			// reports it, never a walk of what may be a whole disk.
 			measure = fsUsage

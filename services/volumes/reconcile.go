@@ -140,6 +140,9 @@ func (r *reconciler) once(ctx context.Context) {
 	for _, uid := range r.m.CleanupOrphans(cctx, r.confirmOrphans(known), since) {
 		r.log.Info("released the volumes of a pod that is gone", "pod", uid)
 	}
+	if err := r.m.UnstageOrphans(cctx); err != nil {
+		r.log.Warn("unstage CSI volumes no pod uses", "err", err)
+	}
 }
 
 // orphanAge is how old the volumes of a pod nobody has must be for a round to release them

@@ -1,0 +1,195 @@
+package csidriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// imageSize is the size of a staged volume's ext4 image.
+const imageSize = 32 << 20
+
+// node is the driver's Node service. Every call is idempotent, as the CSI spec asks.
+type node struct {
+	csipb.UnimplementedNodeServer
+	d *Driver
+}
+
+func (n *node) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	n.d.record("NodeGetInfo")
+	res := &csipb.NodeGetInfoResponse{NodeId: n.d.o.NodeID, MaxVolumesPerNode: n.d.o.MaxVolumesPerNode}
+	if len(n.d.o.Topology) > 0 {
+		res.AccessibleTopology = &csipb.Topology{Segments: n.d.o.Topology}
+	}
+	return res, nil
+}
+
+func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	n.d.record("NodeGetCapabilities")
+	res := &csipb.NodeGetCapabilitiesResponse{}
+	if n.d.o.Stage {
+		res.Capabilities = append(res.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+	}
+	return res, nil
+}
+
+// validHandle refuses a volume handle that would leave the state directory.
+func validHandle(h string) error {
+	if h == "" || h == "." || h == ".." || strings.ContainsAny(h, "/\x00") {
+		return status.Errorf(codes.InvalidArgument, "volume_id %q: a name without slashes is required", h)
+	}
+	return nil
+}
+
+func (n *node) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
+	n.d.recordCall(Call{Method: "NodeStageVolume", VolumeID: req.GetVolumeId(), Staging: req.GetStagingTargetPath(), VolumeContext: req.GetVolumeContext(), Capability: req.GetVolumeCapability()})
+	if !n.d.o.Stage {
+		return nil, status.Error(codes.Unimplemented, "this driver does not stage")
+	}
+	if err := validHandle(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	staging := req.GetStagingTargetPath()
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging_target_path: required")
+	}
+	if mounted, err := mountinfo.Mounted(staging); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	} else if mounted {
+		return &csipb.NodeStageVolumeResponse{}, nil
+	}
+	img := filepath.Join(n.d.o.StateDir, req.GetVolumeId()+".img")
+	if err := makeImage(img); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "losetup %s: %v: %s", img, err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	if err := unix.Mount(dev, staging, "ext4", 0, ""); err != nil {
+		_ = exec.Command("losetup", "-d", dev).Run()
+		return nil, status.Errorf(codes.Internal, "mount %s (%s) at %s: %v", dev, img, staging, err)
+	}
+	return &csipb.NodeStageVolumeResponse{}, nil
+}
+
+// makeImage makes a volume's ext4 image unless it exists.
+func makeImage(img string) error {
+	if _, err := os.Stat(img); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(img), 0o700); err != nil {
+		return err
+	}
+	tmp := img + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(imageSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", tmp).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", tmp, err, out)
+	}
+	return os.Rename(tmp, img)
+}
+
+func (n *node) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+	n.d.recordCall(Call{Method: "NodeUnstageVolume", VolumeID: req.GetVolumeId(), Staging: req.GetStagingTargetPath()})
+	staging := req.GetStagingTargetPath()
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(staging))
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	for _, m := range mounts {
+		if err := unix.Unmount(staging, 0); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmount %s: %v", staging, err)
+		}
+		if strings.HasPrefix(m.Source, "/dev/loop") {
+			if out, err := exec.Command("losetup", "-d", m.Source).CombinedOutput(); err != nil {
+				return nil, status.Errorf(codes.Internal, "losetup -d %s: %v: %s", m.Source, err, out)
+			}
+		}
+	}
+	return &csipb.NodeUnstageVolumeResponse{}, nil
+}
+
+func (n *node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	n.d.recordCall(Call{Method: "NodePublishVolume", VolumeID: req.GetVolumeId(), Target: req.GetTargetPath(), Staging: req.GetStagingTargetPath(),
+		ReadOnly: req.GetReadonly(), VolumeContext: req.GetVolumeContext(), Capability: req.GetVolumeCapability()})
+	if err := validHandle(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	target := req.GetTargetPath()
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path: required")
+	}
+	src := filepath.Join(n.d.o.StateDir, req.GetVolumeId())
+	if n.d.o.Stage {
+		src = req.GetStagingTargetPath()
+		if mounted, err := mountinfo.Mounted(src); err != nil || !mounted {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %q", req.GetVolumeId(), src)
+		}
+	} else if err := os.MkdirAll(src, 0o755); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if mounted, err := mountinfo.Mounted(target); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	} else if mounted {
+		return &csipb.NodePublishVolumeResponse{}, nil
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return nil, status.Errorf(codes.Internal, "bind-mount %s at %s: %v", src, target, err)
+	}
+	if req.GetReadonly() {
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			_ = unix.Unmount(target, 0)
+			return nil, status.Errorf(codes.Internal, "remount %s read-only: %v", target, err)
+		}
+	}
+	return &csipb.NodePublishVolumeResponse{}, nil
+}
+
+func (n *node) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
+	n.d.recordCall(Call{Method: "NodeUnpublishVolume", VolumeID: req.GetVolumeId(), Target: req.GetTargetPath()})
+	target := req.GetTargetPath()
+	for {
+		mounted, err := mountinfo.Mounted(target)
+		if errors.Is(err, os.ErrNotExist) {
+			return &csipb.NodeUnpublishVolumeResponse{}, nil
+		}
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if !mounted {
+			break
+		}
+		if err := unix.Unmount(target, 0); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmount %s: %v", target, err)
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}

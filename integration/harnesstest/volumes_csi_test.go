@@ -1,0 +1,211 @@
+package harnesstest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/integration/csidriver"
+)
+
+// TestVolumesCSIPersistentVolumes: PVCs bound to static CSI PVs, mounted through the
+// harness's CSI test driver on node-1 as the kubelet's CSI plugin mounts them.
+//
+//   - A staging driver (STAGE_UNSTAGE_VOLUME; each volume an ext4 image on a loop
+//     device): two pods on one claim. The volume is staged once, at the kubelet's
+//     global mount path, and published once per pod at its kubernetes.io~csi/<pv>/mount
+//     directory, with the pod's identity in the volume context (podInfoOnMount) and the
+//     pod's fsGroup applied (fsGroupPolicy File). The first pod's file survives its
+//     container's restart and the second pod reads it. The first pod deleted: unpublished
+//     only; the second deleted: unpublished, then unstaged. No mount, loop device or
+//     directory is left.
+//   - A driver without staging: published (a directory bind-mounted) and unpublished; the
+//     pod's write is in the driver's directory.
+//
+// The driver's exact calls for each volume are checked.
+func TestVolumesCSIPersistentVolumes(t *testing.T) {
+	t.Parallel()
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	ctx := context.Background()
+	root := stack.NodeRootDir(podsyncNode)
+	state := t.TempDir()
+
+	// Names short enough for their sockets under the stack's root dir (108-byte addresses).
+	start := func(name string, stage bool) *csidriver.Driver {
+		t.Helper()
+		d, err := csidriver.Start(csidriver.Options{
+			Name: name, RegistrationDir: filepath.Join(root, "plugins_registry"),
+			Endpoint: filepath.Join(root, "plugins", name, "csi.sock"),
+			NodeID:   "unitlet-" + podsyncNode, StateDir: filepath.Join(state, name), Stage: stage,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Stop)
+		return d
+	}
+	stg, dir := start("stg.csi.unitlet.test", true), start("dir.csi.unitlet.test", false)
+	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy) {
+		createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach), PodInfoOnMount: ptr.To(true), FSGroupPolicy: ptr.To(policy)},
+		}, c.StorageV1().CSIDrivers().Delete, name)
+	}
+	csiDriver("stg.csi.unitlet.test", false, storagev1.FileFSGroupPolicy)
+	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy)
+	stack.WaitFor(t, 30*time.Second, "both drivers in the node's CSINode", func(ctx context.Context) (bool, string) {
+		cn, err := c.StorageV1().CSINodes().Get(ctx, podsyncNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == "stg.csi.unitlet.test" || d.Name == "dir.csi.unitlet.test" {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%+v", cn.Spec.Drivers)
+	})
+
+	pvs, pvcs := c.CoreV1().PersistentVolumes(), c.CoreV1().PersistentVolumeClaims("default")
+	csiClaim := func(name, driver, handle, fsType string) {
+		t.Helper()
+		createObject(t, pvs.Create, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle, FSType: fsType}},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("32Mi")},
+				StorageClassName:       "", PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			},
+		}, pvs.Delete, name)
+		createObject(t, pvcs.Create, &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: ptr.To(""), VolumeName: name,
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("32Mi")}},
+			},
+		}, pvcs.Delete, name)
+	}
+	csiClaim("csi-stg", "stg.csi.unitlet.test", "vol-stg", "ext4")
+	csiClaim("csi-dir", "dir.csi.unitlet.test", "vol-dir", "")
+	claimPod := func(name, claim, script string, fsGroup *int64) *corev1.Pod {
+		p := busyboxPod(name, script)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		if fsGroup != nil {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: fsGroup}
+		}
+		return p
+	}
+
+	// The staging driver: the first pod writes, exits, and finds its file when restarted.
+	a := createPod(t, claimPod("csi-stg-a", "csi-stg", "if [ -f /data/a ]; then while true; do sleep 1; done; fi; echo from-a >/data/a; exit 1", ptr.To[int64](2345)))
+	stack.WaitFor(t, 2*time.Minute, "csi-stg-a running again after its container's restart", func(ctx context.Context) (bool, string) {
+		p, err := c.CoreV1().Pods("default").Get(ctx, "csi-stg-a", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].Ready && cs[0].RestartCount >= 1, fmt.Sprintf("%s %+v", p.Status.Phase, cs)
+	})
+	b := createPod(t, claimPod("csi-stg-b", "csi-stg", "cat /data/a; while true; do sleep 1; done", nil))
+	apiPodRunningReady(t, "csi-stg-b", 2*time.Minute)
+	if out := strings.TrimSpace(mustInPod(t, "csi-stg-b", "cat", "/data/a")); out != "from-a" {
+		t.Errorf("csi-stg-b reads %q from the shared CSI volume, want csi-stg-a's from-a", out)
+	}
+	staging := filepath.Join(root, "plugins", "kubernetes.io", "csi", "stg.csi.unitlet.test", fmt.Sprintf("%x", sha256.Sum256([]byte("vol-stg"))), "globalmount")
+	targetOf := func(p *corev1.Pod, pv string) string {
+		return filepath.Join(root, "pods", string(p.UID), "volumes", "kubernetes.io~csi", pv, "mount")
+	}
+	wantCalls := func(d *csidriver.Driver, handle string, want ...string) {
+		t.Helper()
+		if got := d.VolumeCalls(handle); !slices.Equal(got, want) {
+			t.Errorf("the driver's calls for %s: %v, want %v", handle, got, want)
+		}
+	}
+	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume")
+	for _, call := range stg.Calls() {
+		switch call.Method {
+		case "NodeStageVolume":
+			if call.Staging != staging || call.Capability.GetMount().GetFsType() != "ext4" {
+				t.Errorf("NodeStageVolume at %q with %v, want %s with fsType ext4", call.Staging, call.Capability, staging)
+			}
+		case "NodePublishVolume":
+			pod := call.VolumeContext["csi.storage.k8s.io/pod.name"]
+			want := map[string]string{"csi-stg-a": targetOf(a, "csi-stg"), "csi-stg-b": targetOf(b, "csi-stg")}[pod]
+			if call.Target != want || call.Staging != staging || call.VolumeContext["csi.storage.k8s.io/pod.namespace"] != "default" {
+				t.Errorf("NodePublishVolume to %q from %q with context %v, want a pod's target %q from %s with its identity", call.Target, call.Staging, call.VolumeContext, want, staging)
+			}
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(targetOf(a, "csi-stg"), &st); err != nil || st.Gid != 2345 {
+		t.Errorf("the published volume's group %d (%v), want csi-stg-a's fsGroup 2345 (fsGroupPolicy File)", st.Gid, err)
+	}
+
+	// The driver without staging.
+	dirPod := createPod(t, claimPod("csi-dir", "csi-dir", "echo from-dir >/data/f; while true; do sleep 1; done", ptr.To[int64](2345)))
+	apiPodRunningReady(t, "csi-dir", 2*time.Minute)
+	if got, err := os.ReadFile(filepath.Join(state, "dir.csi.unitlet.test", "vol-dir", "f")); err != nil || strings.TrimSpace(string(got)) != "from-dir" {
+		t.Errorf("the pod's write in the driver's directory: %q %v", got, err)
+	}
+	wantCalls(dir, "vol-dir", "NodePublishVolume")
+
+	// Deleted one by one: the volume unstaged after its last pod only.
+	gone := func(pod string, p *corev1.Pod, pv string) {
+		t.Helper()
+		if err := c.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Dir(targetOf(p, pv))
+		stack.WaitFor(t, time.Minute, pod+"'s CSI volume torn down", func(context.Context) (bool, string) {
+			_, err := os.Stat(dir)
+			return errors.Is(err, os.ErrNotExist), dir + ": " + errString(err)
+		})
+	}
+	gone("csi-stg-a", a, "csi-stg")
+	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume")
+	gone("csi-stg-b", b, "csi-stg")
+	stack.WaitFor(t, 30*time.Second, "vol-stg unstaged", func(context.Context) (bool, string) {
+		_, err := os.Stat(filepath.Dir(staging))
+		return errors.Is(err, os.ErrNotExist), errString(err)
+	})
+	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume")
+	gone("csi-dir", dirPod, "csi-dir")
+	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeUnpublishVolume")
+	if mt := mountTable(t); strings.Contains(mt, "kubernetes.io~csi") || strings.Contains(mt, staging) {
+		t.Errorf("CSI mounts left on the host:\n%s", grepLines(mt, "csi"))
+	}
+	if out, err := exec.Command("losetup", "-j", filepath.Join(state, "stg.csi.unitlet.test", "vol-stg.img")).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("loop devices left on vol-stg's image: %s %v", out, err)
+	}
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,583 @@
+package csi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/unitlet/unitlet/services/volumes/ownership"
+)
+
+// PluginName is the kubelet's CSI volume plugin: a pod's CSI volume lives in
+// <pods>/<uid>/volumes/kubernetes.io~csi/<pv name>/mount, its record in vol_data.json
+// beside it; a staged volume in <root-dir>/plugins/kubernetes.io/csi/<driver>/<sha256 of
+// its handle>/globalmount, with its own vol_data.json. The same layout as the kubelet's,
+// so a node's drivers find what they expect.
+const PluginName = "kubernetes.io/csi"
+
+const (
+	volDataFile = "vol_data.json"
+	mountDir    = "mount"
+	globalMount = "globalmount"
+)
+
+// volData is a publication's or a staging's record, with the kubelet's keys: what a
+// teardown needs (the driver and the handle), read from disk, so that it works after a
+// restart too.
+type volData struct {
+	SpecVolID           string `json:"specVolID,omitempty"`
+	VolumeHandle        string `json:"volumeHandle"`
+	DriverName          string `json:"driverName"`
+	NodeName            string `json:"nodeName,omitempty"`
+	AttachmentID        string `json:"attachmentID,omitempty"`
+	VolumeLifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+}
+
+// Objects reads what a CSI volume's set-up needs from the API server.
+type Objects interface {
+	// CSIDriver is the driver's CSIDriver object; nil, without error, when it has none.
+	CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error)
+	VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
+	// Secret is a secret's data, as strings.
+	Secret(ctx context.Context, namespace, name string) (map[string]string, error)
+}
+
+// Mounter stages and publishes CSI persistent volumes for pods, and takes them down, as
+// the kubelet's CSI plugin does.
+type Mounter struct {
+	drivers *Handler
+	api     Objects
+	// podsDir is <root-dir>/pods; stagingDir <root-dir>/plugins/kubernetes.io/csi.
+	podsDir, stagingDir string
+	node                string
+	log                 *slog.Logger
+
+	mu sync.Mutex
+	// volumes are the locks of the volumes being set up or torn down, by driver and
+	// handle: a volume's stage, publishes, unpublishes and unstage never overlap, and
+	// other volumes never wait for them.
+	volumes map[string]*volumeLock
+}
+
+type volumeLock struct {
+	sync.Mutex
+	users int
+}
+
+// MounterOptions are what a Mounter is built from.
+type MounterOptions struct {
+	Drivers *Handler
+	API     Objects
+	// RootDir is the node's <root-dir>.
+	RootDir, NodeName string
+	Log               *slog.Logger
+}
+
+// NewMounter mounts CSI volumes through the registered drivers.
+func NewMounter(o MounterOptions) *Mounter {
+	return &Mounter{
+		drivers: o.Drivers, api: o.API, node: o.NodeName, log: o.Log,
+		podsDir:    filepath.Join(o.RootDir, "pods"),
+		stagingDir: filepath.Join(o.RootDir, "plugins", PluginName),
+		volumes:    map[string]*volumeLock{},
+	}
+}
+
+// lock takes the lock of one volume; the returned func releases it.
+func (m *Mounter) lock(driver, handle string) func() {
+	key := driver + "\x00" + handle
+	m.mu.Lock()
+	l := m.volumes[key]
+	if l == nil {
+		l = &volumeLock{}
+		m.volumes[key] = l
+	}
+	l.users++
+	m.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		m.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(m.volumes, key)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// Publication is one pod's use of a CSI persistent volume.
+type Publication struct {
+	Pod *corev1.Pod
+	PV  *corev1.PersistentVolume
+	// Dir is the pod's directory of the volume, <pods>/<uid>/volumes/kubernetes.io~csi/<pv>.
+	Dir string
+	// ReadOnly: the pod's claim is mounted read-only.
+	ReadOnly bool
+}
+
+// StagingPath is where a driver with STAGE_UNSTAGE_VOLUME stages a volume, the kubelet's.
+func (m *Mounter) StagingPath(driver, handle string) string {
+	return filepath.Join(m.stagingDir, driver, fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), globalMount)
+}
+
+// AttachmentName is the VolumeAttachment the attach/detach controller makes for a
+// volume on a node: csi-<sha256 of handle, driver and node>.
+func AttachmentName(handle, driver, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// SetUp makes a pod's CSI persistent volume ready and returns its mount path: attached
+// (when the driver needs attaching), staged once for the node (when the driver stages),
+// published for the pod, the pod's fsGroup applied by the CSIDriver's policy. A volume
+// already published for the pod (its record there, its target mounted) is left as it
+// is: no call to the driver.
+func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
+	src := p.PV.Spec.CSI
+	if src.VolumeHandle == "" {
+		return "", fmt.Errorf("PersistentVolume %s: spec.csi.volumeHandle is empty", p.PV.Name)
+	}
+	target := filepath.Join(p.Dir, mountDir)
+	if rec, err := readVolData(p.Dir); err == nil && rec.DriverName == src.Driver && rec.VolumeHandle == src.VolumeHandle {
+		if mounted, err := isMountPoint(target); err == nil && mounted {
+			return target, nil
+		}
+	}
+	drv, err := m.drivers.Driver(src.Driver)
+	if err != nil {
+		return "", err
+	}
+	cd, err := m.api.CSIDriver(ctx, src.Driver)
+	if err != nil {
+		return "", fmt.Errorf("read CSIDriver %s: %w", src.Driver, err)
+	}
+	if err := refuseDriverFeatures(cd); err != nil {
+		return "", err
+	}
+	if cd != nil && len(cd.Spec.VolumeLifecycleModes) > 0 && !slices.Contains(cd.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent) {
+		return "", fmt.Errorf("CSIDriver %s does not support the volume lifecycle mode %q (its volumeLifecycleModes are %v)", src.Driver, storagev1.VolumeLifecyclePersistent, cd.Spec.VolumeLifecycleModes)
+	}
+	publishContext, err := m.publishContext(ctx, cd, src)
+	if err != nil {
+		return "", err
+	}
+	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
+		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	})
+	if err != nil {
+		return "", err
+	}
+	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
+		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
+	}
+	readOnly := p.ReadOnly || src.ReadOnly
+	var fsGroup *int64
+	if sc := p.Pod.Spec.SecurityContext; sc != nil {
+		fsGroup = sc.FSGroup
+	}
+	capability := volumeCapability(p.PV, src.FSType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
+	if has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil {
+		// The driver applies the group itself, at its mount.
+		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*fsGroup, 10)
+	}
+
+	unlock := m.lock(src.Driver, src.VolumeHandle)
+	defer unlock()
+	staging := ""
+	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
+		staging = m.StagingPath(src.Driver, src.VolumeHandle)
+		if err := m.stage(ctx, drv, src, staging, publishContext, capability); err != nil {
+			return "", err
+		}
+	}
+	if err := os.MkdirAll(p.Dir, 0o750); err != nil {
+		return "", err
+	}
+	rec := volData{
+		SpecVolID: p.PV.Name, VolumeHandle: src.VolumeHandle, DriverName: src.Driver, NodeName: m.node,
+		AttachmentID: AttachmentName(src.VolumeHandle, src.Driver, m.node), VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent),
+	}
+	if err := writeVolData(p.Dir, rec); err != nil {
+		return "", err
+	}
+	secrets, err := m.secrets(ctx, src.NodePublishSecretRef, "nodePublishSecretRef")
+	if err != nil {
+		return "", err
+	}
+	volumeContext := src.VolumeAttributes
+	if cd != nil && cd.Spec.PodInfoOnMount != nil && *cd.Spec.PodInfoOnMount {
+		volumeContext = podInfo(volumeContext, p.Pod)
+	}
+	_, err = call(ctx, drv, "NodePublishVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodePublishVolumeResponse, error) {
+		return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+			VolumeId: src.VolumeHandle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
+			VolumeCapability: capability, Readonly: readOnly, Secrets: secrets, VolumeContext: volumeContext,
+		})
+	})
+	if err != nil {
+		if final(err) {
+			// The driver says it did nothing: no record left for a teardown to find.
+			_ = removeMountDir(p.Dir)
+		}
+		return "", err
+	}
+	if !has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil && !readOnly && appliesFSGroup(cd, p.PV, src.FSType) {
+		sc := p.Pod.Spec.SecurityContext
+		onMismatch := sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == corev1.FSGroupChangeOnRootMismatch
+		if !onMismatch || !ownership.RootMatches(target, *fsGroup, false) {
+			if err := ownership.Set(target, *fsGroup, false); err != nil {
+				return "", fmt.Errorf("apply fsGroup %d to CSI volume %s: %w", *fsGroup, p.PV.Name, err)
+			}
+		}
+	}
+	return target, nil
+}
+
+// stage stages a volume at staging unless a pod of the node has it published already (it
+// is staged then: published only after a stage that succeeded). NodeStageVolume is
+// idempotent by the CSI spec, so a stage the process did not live to record is done again.
+func (m *Mounter) stage(ctx context.Context, drv Driver, src *corev1.CSIPersistentVolumeSource, staging string, publishContext map[string]string, capability *csipb.VolumeCapability) error {
+	users, err := m.publications(src.Driver, src.VolumeHandle)
+	if err != nil {
+		return err
+	}
+	if _, err := readVolData(filepath.Dir(staging)); err == nil && len(users) > 0 {
+		return nil
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return err
+	}
+	if err := writeVolData(filepath.Dir(staging), volData{VolumeHandle: src.VolumeHandle, DriverName: src.Driver}); err != nil {
+		return err
+	}
+	secrets, err := m.secrets(ctx, src.NodeStageSecretRef, "nodeStageSecretRef")
+	if err != nil {
+		return err
+	}
+	_, err = call(ctx, drv, "NodeStageVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeStageVolumeResponse, error) {
+		return c.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+			VolumeId: src.VolumeHandle, PublishContext: publishContext, StagingTargetPath: staging,
+			VolumeCapability: capability, Secrets: secrets, VolumeContext: src.VolumeAttributes,
+		})
+	})
+	if err != nil && final(err) {
+		_ = removeMountDir(filepath.Dir(staging))
+	}
+	return err
+}
+
+// TearDown unpublishes the CSI volume of a pod's directory dir (its record there names the
+// driver and the handle) and, when no other pod of the node has it published, unstages
+// it. The directory goes; the volume's data is the driver's.
+func (m *Mounter) TearDown(ctx context.Context, dir string) error {
+	target := filepath.Join(dir, mountDir)
+	rec, err := readVolData(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// A set-up that ended before its record was written: nothing was published.
+		if mounted, merr := isMountPoint(target); merr != nil || mounted {
+			return fmt.Errorf("tear down CSI volume %s: it is mounted but has no %s naming its driver", dir, volDataFile)
+		}
+		return removeMountDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("tear down CSI volume %s: %w", dir, err)
+	}
+	drv, err := m.drivers.Driver(rec.DriverName)
+	if err != nil {
+		return fmt.Errorf("tear down CSI volume %s: %w", dir, err)
+	}
+	unlock := m.lock(rec.DriverName, rec.VolumeHandle)
+	defer unlock()
+	if _, err := call(ctx, drv, "NodeUnpublishVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeUnpublishVolumeResponse, error) {
+		return c.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: rec.VolumeHandle, TargetPath: target})
+	}); err != nil {
+		return fmt.Errorf("tear down CSI volume %s: %w", dir, err)
+	}
+	if err := removeMountDir(dir); err != nil {
+		return fmt.Errorf("tear down CSI volume %s: %w", dir, err)
+	}
+	return m.unstageUnused(ctx, drv, rec.DriverName, rec.VolumeHandle)
+}
+
+// unstageUnused unstages a staged volume no pod of the node has published. Called with
+// the volume's lock held.
+func (m *Mounter) unstageUnused(ctx context.Context, drv Driver, driver, handle string) error {
+	staging := m.StagingPath(driver, handle)
+	if _, err := readVolData(filepath.Dir(staging)); errors.Is(err, os.ErrNotExist) {
+		return nil // never staged
+	}
+	users, err := m.publications(driver, handle)
+	if err != nil || len(users) > 0 {
+		return err
+	}
+	if _, err := call(ctx, drv, "NodeUnstageVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeUnstageVolumeResponse, error) {
+		return c.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: staging})
+	}); err != nil {
+		return fmt.Errorf("unstage CSI volume %s of driver %s: %w", handle, driver, err)
+	}
+	if err := removeMountDir(filepath.Dir(staging)); err != nil {
+		return fmt.Errorf("unstage CSI volume %s of driver %s: %w", handle, driver, err)
+	}
+	m.log.Info("unstaged a CSI volume no pod uses", "driver", driver, "volumeHandle", handle)
+	return nil
+}
+
+// UnstageOrphans unstages the staged volumes that no pod of the node has published: what a
+// restart between a pod's unpublish and its volume's unstage left. A driver not registered
+// is left for a later round.
+func (m *Mounter) UnstageOrphans(ctx context.Context) error {
+	dirs, err := filepath.Glob(filepath.Join(m.stagingDir, "*", "*", volDataFile))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range dirs {
+		rec, err := readVolData(filepath.Dir(f))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		drv, err := m.drivers.Driver(rec.DriverName)
+		if err != nil {
+			continue
+		}
+		unlock := m.lock(rec.DriverName, rec.VolumeHandle)
+		err = m.unstageUnused(ctx, drv, rec.DriverName, rec.VolumeHandle)
+		unlock()
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// publications are the pods' directories that record the volume as published.
+func (m *Mounter) publications(driver, handle string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(m.podsDir, "*", "volumes", "kubernetes.io~csi", "*", volDataFile))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range files {
+		rec, err := readVolData(filepath.Dir(f))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // torn down meanwhile
+			}
+			return nil, err
+		}
+		if rec.DriverName == driver && rec.VolumeHandle == handle {
+			out = append(out, filepath.Dir(f))
+		}
+	}
+	return out, nil
+}
+
+// publishContext is what the driver's attacher recorded in the volume's VolumeAttachment
+// for this node, once attached; nil for a driver that needs no attaching.
+func (m *Mounter) publishContext(ctx context.Context, cd *storagev1.CSIDriver, src *corev1.CSIPersistentVolumeSource) (map[string]string, error) {
+	if cd != nil && cd.Spec.AttachRequired != nil && !*cd.Spec.AttachRequired {
+		return nil, nil
+	}
+	why := "its CSIDriver sets attachRequired"
+	if cd == nil {
+		why = "it has no CSIDriver object, which means attachRequired"
+	}
+	return nil, fmt.Errorf("CSI driver %s needs its volumes attached (%s): unitlet does not wait for VolumeAttachments yet; set attachRequired: false if the driver attaches nothing", src.Driver, why)
+}
+
+// secrets reads a secret the PV names for a call, nil when it names none.
+func (m *Mounter) secrets(ctx context.Context, ref *corev1.SecretReference, field string) (map[string]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	data, err := m.api.Secret(ctx, ref.Namespace, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s %s/%s failed: %w", field, ref.Namespace, ref.Name, err)
+	}
+	return data, nil
+}
+
+// refuseDriverFeatures refuses what a CSIDriver asks that unitlet does not do yet, rather
+// than mount without it.
+func refuseDriverFeatures(cd *storagev1.CSIDriver) error {
+	if cd == nil {
+		return nil
+	}
+	if len(cd.Spec.TokenRequests) > 0 {
+		return fmt.Errorf("CSIDriver %s sets tokenRequests: unitlet does not hand service account tokens to CSI drivers yet", cd.Name)
+	}
+	if cd.Spec.RequiresRepublish != nil && *cd.Spec.RequiresRepublish {
+		return fmt.Errorf("CSIDriver %s sets requiresRepublish: unitlet does not republish CSI volumes yet", cd.Name)
+	}
+	return nil
+}
+
+// volumeCapability is the capability a PV is staged and published with: a mount with its
+// file system type and mount options, the access mode of its first access mode, as the
+// kubelet maps them (ReadWriteOnce to SINGLE_NODE_MULTI_WRITER, ReadWriteOncePod to
+// SINGLE_NODE_SINGLE_WRITER, for drivers that know them).
+func volumeCapability(pv *corev1.PersistentVolume, fsType string, multiWriter bool) *csipb.VolumeCapability {
+	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	am := corev1.ReadWriteOnce
+	if len(pv.Spec.AccessModes) > 0 {
+		am = pv.Spec.AccessModes[0]
+	}
+	switch am {
+	case corev1.ReadOnlyMany:
+		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	case corev1.ReadWriteMany:
+		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case corev1.ReadWriteOnce:
+		if multiWriter {
+			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+		}
+	case corev1.ReadWriteOncePod:
+		if multiWriter {
+			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+	}
+	return &csipb.VolumeCapability{
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: pv.Spec.MountOptions}},
+	}
+}
+
+// appliesFSGroup is the CSIDriver's fsGroupPolicy, as the kubelet reads it: File always,
+// None never, ReadWriteOnceWithFSType (the default) for a volume with a file system type
+// and the ReadWriteOnce access mode.
+func appliesFSGroup(cd *storagev1.CSIDriver, pv *corev1.PersistentVolume, fsType string) bool {
+	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
+	if cd != nil && cd.Spec.FSGroupPolicy != nil {
+		policy = *cd.Spec.FSGroupPolicy
+	}
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return true
+	case storagev1.NoneFSGroupPolicy:
+		return false
+	}
+	return fsType != "" && slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteOnce)
+}
+
+// podInfo is the volume context with the pod's identity added, for a driver whose
+// CSIDriver sets podInfoOnMount.
+func podInfo(attrs map[string]string, pod *corev1.Pod) map[string]string {
+	out := map[string]string{
+		"csi.storage.k8s.io/pod.name":            pod.Name,
+		"csi.storage.k8s.io/pod.namespace":       pod.Namespace,
+		"csi.storage.k8s.io/pod.uid":             string(pod.UID),
+		"csi.storage.k8s.io/serviceAccount.name": pod.Spec.ServiceAccountName,
+		"csi.storage.k8s.io/ephemeral":           "false",
+	}
+	for k, v := range attrs {
+		out[k] = v
+	}
+	return out
+}
+
+// call makes one call to a driver's Node service, bounded by callTimeout.
+func call[T any](ctx context.Context, drv Driver, method string, f func(context.Context, csipb.NodeClient) (T, error)) (T, error) {
+	var zero T
+	conn, err := dial(drv.Endpoint)
+	if err != nil {
+		return zero, fmt.Errorf("CSI driver %s: %w", drv.Name, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	res, err := f(ctx, csipb.NewNodeClient(conn))
+	if err != nil {
+		return zero, fmt.Errorf("CSI driver %s: %s: %w", drv.Name, method, err)
+	}
+	return res, nil
+}
+
+// final reports whether a driver's error says the call did nothing (the kubelet's list):
+// else the volume may be half set up, and its records stay for the teardown.
+func final(err error) bool {
+	st, ok := grpcstatus.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return false
+	}
+	return true
+}
+
+func readVolData(dir string) (volData, error) {
+	var rec volData
+	b, err := os.ReadFile(filepath.Join(dir, volDataFile))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", filepath.Join(dir, volDataFile), err)
+	}
+	if rec.DriverName == "" || rec.VolumeHandle == "" {
+		return rec, fmt.Errorf("%s names no driverName or volumeHandle", filepath.Join(dir, volDataFile))
+	}
+	return rec, nil
+}
+
+func writeVolData(dir string, rec volData) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+volDataFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, volDataFile))
+}
+
+// removeMountDir removes a publication's or a staging's directory: its mount point, which
+// must not be mounted any more (a driver that left it mounted is an error, nothing is
+// removed under it), its record, then the directory.
+func removeMountDir(dir string) error {
+	for _, sub := range []string{mountDir, globalMount} {
+		p := filepath.Join(dir, sub)
+		mounted, err := isMountPoint(p)
+		if err != nil {
+			return err
+		}
+		if mounted {
+			return fmt.Errorf("%s is still mounted after the driver's unpublish or unstage", p)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w (left as it is)", err)
+		}
+	}
+	for _, f := range []string{volDataFile, "." + volDataFile + ".tmp"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is a mount point; false when it does not exist.
+func isMountPoint(path string) (bool, error) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return mountinfo.Mounted(path)
+}

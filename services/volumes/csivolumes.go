@@ -1,0 +1,47 @@
+package volumes
+
+import (
+	"context"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/unitlet/unitlet/services/volumes/csi"
+	"github.com/unitlet/unitlet/shared/kubeapi"
+)
+
+// CSIVolumes stages and publishes CSI persistent volumes for pods (csi.Mounter).
+type CSIVolumes interface {
+	SetUp(ctx context.Context, p csi.Publication) (string, error)
+	TearDown(ctx context.Context, dir string) error
+	UnstageOrphans(ctx context.Context) error
+}
+
+// apiCSIObjects reads CSIDrivers, VolumeAttachments and the secrets a CSI PV names from
+// the API server (the Node authorizer allows a node those of its pods' volumes).
+type apiCSIObjects struct{ client kubeapi.Interface }
+
+func (a apiCSIObjects) CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	cd, err := a.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return cd, err
+}
+
+func (a apiCSIObjects) VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	return a.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a apiCSIObjects) Secret(ctx context.Context, namespace, name string) (map[string]string, error) {
+	s, err := a.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(s.Data)+len(s.StringData))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
