@@ -54,7 +54,7 @@ type Driver struct {
 type Call struct {
 	Method, VolumeID, Target, Staging string
 	ReadOnly                          bool
-	VolumeContext                     map[string]string
+	VolumeContext, PublishContext     map[string]string
 	Capability                        *csipb.VolumeCapability
 }
 

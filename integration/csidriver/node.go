@@ -133,7 +133,7 @@ func (n *node) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolume
 
 func (n *node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	n.d.recordCall(Call{Method: "NodePublishVolume", VolumeID: req.GetVolumeId(), Target: req.GetTargetPath(), Staging: req.GetStagingTargetPath(),
-		ReadOnly: req.GetReadonly(), VolumeContext: req.GetVolumeContext(), Capability: req.GetVolumeCapability()})
+		ReadOnly: req.GetReadonly(), VolumeContext: req.GetVolumeContext(), PublishContext: req.GetPublishContext(), Capability: req.GetVolumeCapability()})
 	if err := validHandle(req.GetVolumeId()); err != nil {
 		return nil, err
 	}

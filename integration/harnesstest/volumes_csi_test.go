@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -36,6 +37,12 @@ import (
 //     directory is left.
 //   - A driver without staging: published (a directory bind-mounted) and unpublished; the
 //     pod's write is in the driver's directory.
+//   - A driver whose CSIDriver needs attaching, the test as its external attacher: the
+//     controller-manager's attach/detach controller makes the VolumeAttachment; the
+//     volume is in the Node's volumesInUse while the pod waits, with a FailedMount saying
+//     it is not attached yet; attached, the pod runs, published with the attachment's
+//     metadata as its publish context; the pod deleted, the volume leaves volumesInUse and
+//     the controller detaches it (deletes the VolumeAttachment).
 //
 // The driver's exact calls for each volume are checked.
 func TestVolumesCSIPersistentVolumes(t *testing.T) {
@@ -60,7 +67,7 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 		t.Cleanup(d.Stop)
 		return d
 	}
-	stg, dir := start("stg.csi.unitlet.test", true), start("dir.csi.unitlet.test", false)
+	stg, dir, att := start("stg.csi.unitlet.test", true), start("dir.csi.unitlet.test", false), start("att.csi.unitlet.test", false)
 	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy) {
 		createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -69,18 +76,19 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	}
 	csiDriver("stg.csi.unitlet.test", false, storagev1.FileFSGroupPolicy)
 	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy)
-	stack.WaitFor(t, 30*time.Second, "both drivers in the node's CSINode", func(ctx context.Context) (bool, string) {
+	csiDriver("att.csi.unitlet.test", true, storagev1.NoneFSGroupPolicy)
+	stack.WaitFor(t, 30*time.Second, "the drivers in the node's CSINode", func(ctx context.Context) (bool, string) {
 		cn, err := c.StorageV1().CSINodes().Get(ctx, podsyncNode, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		n := 0
 		for _, d := range cn.Spec.Drivers {
-			if d.Name == "stg.csi.unitlet.test" || d.Name == "dir.csi.unitlet.test" {
+			if strings.HasSuffix(d.Name, ".csi.unitlet.test") && d.Name != "reg.csi.unitlet.test" {
 				n++
 			}
 		}
-		return n == 2, fmt.Sprintf("%+v", cn.Spec.Drivers)
+		return n == 3, fmt.Sprintf("%+v", cn.Spec.Drivers)
 	})
 
 	pvs, pvcs := c.CoreV1().PersistentVolumes(), c.CoreV1().PersistentVolumeClaims("default")
@@ -106,6 +114,7 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	}
 	csiClaim("csi-stg", "stg.csi.unitlet.test", "vol-stg", "ext4")
 	csiClaim("csi-dir", "dir.csi.unitlet.test", "vol-dir", "")
+	csiClaim("csi-att", "att.csi.unitlet.test", "vol-att", "")
 	claimPod := func(name, claim, script string, fsGroup *int64) *corev1.Pod {
 		p := busyboxPod(name, script)
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
@@ -169,6 +178,40 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	}
 	wantCalls(dir, "vol-dir", "NodePublishVolume")
 
+	// Attached by the test, as an external attacher would.
+	attPod := createPod(t, claimPod("csi-att", "csi-att", "while true; do sleep 1; done", nil))
+	attachment := fmt.Sprintf("csi-%x", sha256.Sum256([]byte("vol-att"+"att.csi.unitlet.test"+podsyncNode)))
+	const unique = "kubernetes.io/csi/att.csi.unitlet.test^vol-att"
+	inUse := func(ctx context.Context) (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(ctx, podsyncNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(n.Status.VolumesInUse, unique), fmt.Sprint(n.Status.VolumesInUse)
+	}
+	stack.WaitFor(t, time.Minute, unique+" in the Node's volumesInUse while the pod waits", inUse)
+	stack.WaitFor(t, time.Minute, "csi-att: a FailedMount event saying it is not attached yet", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "csi-att")
+		return strings.Contains(evs, "FailedMount") && strings.Contains(evs, "is not attached yet"), evs
+	})
+	vas := c.StorageV1().VolumeAttachments()
+	stack.WaitFor(t, time.Minute, "the attach/detach controller's VolumeAttachment "+attachment, func(ctx context.Context) (bool, string) {
+		va, err := vas.Get(ctx, attachment, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		va.Status.Attached, va.Status.AttachmentMetadata = true, map[string]string{"devicePath": "/dev/unitlet-test"}
+		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		return err == nil, errString(err)
+	})
+	apiPodRunningReady(t, "csi-att", 2*time.Minute)
+	for _, call := range att.Calls() {
+		if call.Method == "NodePublishVolume" && call.PublishContext["devicePath"] != "/dev/unitlet-test" {
+			t.Errorf("NodePublishVolume's publish context %v, want the VolumeAttachment's metadata", call.PublishContext)
+		}
+	}
+	wantCalls(att, "vol-att", "NodePublishVolume")
+
 	// Deleted one by one: the volume unstaged after its last pod only.
 	gone := func(pod string, p *corev1.Pod, pv string) {
 		t.Helper()
@@ -191,6 +234,15 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume")
 	gone("csi-dir", dirPod, "csi-dir")
 	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeUnpublishVolume")
+	gone("csi-att", attPod, "csi-att")
+	wantCalls(att, "vol-att", "NodePublishVolume", "NodeUnpublishVolume")
+	stack.WaitFor(t, time.Minute, unique+" out of volumesInUse, and detached", func(ctx context.Context) (bool, string) {
+		if used, list := inUse(ctx); used {
+			return false, "volumesInUse " + list
+		}
+		_, err := vas.Get(ctx, attachment, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "VolumeAttachment: " + errString(err)
+	})
 	if mt := mountTable(t); strings.Contains(mt, "kubernetes.io~csi") || strings.Contains(mt, staging) {
 		t.Errorf("CSI mounts left on the host:\n%s", grepLines(mt, "csi"))
 	}

@@ -165,21 +165,22 @@ func (p parts) nodeStatus() (*nodestatus.Controller, error) {
 		return nil, err
 	}
 	return nodestatus.New(nodestatus.Options{
-		Client:     p.client,
-		RESTConfig: p.restConfig,
-		NodeName:   p.nc.Node.GetName(),
-		Build:      func() (*corev1.Node, error) { return nodeinfo.Node(kc, p.nc.Identity(), p.machine) },
-		Config:     kc,
-		Runtime:    p.podsync,
-		Pressure:   p.pressure,
-		Wake:       p.pressure.wake,
-		Services:   checkServices(p.socketDir),
-		Images:     imageLister{rt: p.rt},
-		Recorder:   recorder,
-		Loops:      p.loops,
-		Clock:      p.clk,
-		Log:        p.log.With("component", "node"),
-		Registry:   p.reg,
+		Client:       p.client,
+		RESTConfig:   p.restConfig,
+		NodeName:     p.nc.Node.GetName(),
+		Build:        func() (*corev1.Node, error) { return nodeinfo.Node(kc, p.nc.Identity(), p.machine) },
+		Config:       kc,
+		Runtime:      p.podsync,
+		Pressure:     p.pressure,
+		Wake:         p.pressure.wake,
+		Services:     checkServices(p.socketDir),
+		Images:       imageLister{rt: p.rt},
+		VolumesInUse: p.volumes.InUse,
+		Recorder:     recorder,
+		Loops:        p.loops,
+		Clock:        p.clk,
+		Log:          p.log.With("component", "node"),
+		Registry:     p.reg,
 	})
 }
 

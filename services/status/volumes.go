@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/status/stats"
@@ -31,6 +32,23 @@ func (v volumesClient) List(ctx context.Context) ([]stats.Volume, error) {
 			sv.Measured = vol.GetMeasureTime().AsTime()
 		}
 		out = append(out, sv)
+	}
+	return out, nil
+}
+
+// InUse are the attached volumes the node's pods use, by unique name; an error when
+// unitlet-volumes cannot tell (or predates the list), so that status keeps the Node's.
+func (v volumesClient) InUse(ctx context.Context) ([]corev1.UniqueVolumeName, error) {
+	resp, err := v.c.ListVolumes(ctx, &volumesv1.ListVolumesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("unitlet-volumes: %s", grpcstatus.Convert(err).Message())
+	}
+	if !resp.GetVolumesInUseKnown() {
+		return nil, fmt.Errorf("unitlet-volumes does not report the volumes in use")
+	}
+	var out []corev1.UniqueVolumeName
+	for _, name := range resp.GetVolumesInUse() {
+		out = append(out, corev1.UniqueVolumeName(name))
 	}
 	return out, nil
 }

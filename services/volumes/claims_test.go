@@ -107,7 +107,7 @@ func TestClaimsThatCannotBeMountedSayWhy(t *testing.T) {
 	for claim, want := range map[string]string{
 		"missing":   `error processing PVC default/missing: failed to fetch PVC from API server: persistentvolumeclaims "missing" not found`,
 		"pending":   "error processing PVC default/pending: PVC is not bound",
-		"nfs":       "PersistentVolume pv-nfs has a nfs source: unitlet-volumes mounts hostPath and local persistent volumes",
+		"nfs":       "PersistentVolume pv-nfs has a nfs source: unitlet-volumes mounts hostPath, local and csi persistent volumes",
 		"stolen":    "error processing PVC default/stolen: found PV object pv-stolen but its pv.Spec.ClaimRef.UID someone-else does not point to claim.UID claim-stolen",
 		"going":     "error processing PVC default/going: PVC is being deleted",
 		"lost":      "error processing PVC default/lost: PVC is not bound: it is Lost, its PersistentVolume pv-lost is gone",

@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,11 +17,24 @@ type CSIVolumes interface {
 	SetUp(ctx context.Context, p csi.Publication) (string, error)
 	TearDown(ctx context.Context, dir string) error
 	UnstageOrphans(ctx context.Context) error
+	InUse() ([]string, error)
 }
 
-// apiCSIObjects reads CSIDrivers, VolumeAttachments and the secrets a CSI PV names from
-// the API server (the Node authorizer allows a node those of its pods' volumes).
-type apiCSIObjects struct{ client kubeapi.Interface }
+// apiCSIObjects reads CSIDrivers, VolumeAttachments, the secrets a CSI PV names and the
+// node's volumesInUse from the API server (the Node authorizer allows a node those of its
+// pods' volumes).
+type apiCSIObjects struct {
+	client kubeapi.Interface
+	node   string
+}
+
+func (a apiCSIObjects) VolumesInUse(ctx context.Context) ([]corev1.UniqueVolumeName, error) {
+	n, err := a.client.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return n.Status.VolumesInUse, nil
+}
 
 func (a apiCSIObjects) CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	cd, err := a.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
@@ -44,4 +58,18 @@ func (a apiCSIObjects) Secret(ctx context.Context, namespace, name string) (map[
 		out[k] = string(v)
 	}
 	return out, nil
+}
+
+// VolumesInUse are the attached volumes the node's pods use (CSIVolumes.InUse); false when
+// they cannot be told (no CSI, or its records cannot be read).
+func (m *Manager) VolumesInUse() ([]string, bool) {
+	if m.csi == nil {
+		return nil, true
+	}
+	names, err := m.csi.InUse()
+	if err != nil {
+		m.log.Warn("list the CSI volumes in use", "err", err)
+		return nil, false
+	}
+	return names, true
 }

@@ -71,9 +71,11 @@ func (s *Server) ReleaseVolumes(ctx context.Context, req *volumesv1.ReleaseVolum
 	return &volumesv1.ReleaseVolumesResponse{}, nil
 }
 
-// ListVolumes returns the prepared volumes with their usage.
+// ListVolumes returns the prepared volumes with their usage, and the attached volumes in
+// use.
 func (s *Server) ListVolumes(context.Context, *volumesv1.ListVolumesRequest) (*volumesv1.ListVolumesResponse, error) {
-	return &volumesv1.ListVolumesResponse{Volumes: s.m.List()}, nil
+	inUse, known := s.m.VolumesInUse()
+	return &volumesv1.ListVolumesResponse{Volumes: s.m.List(), VolumesInUse: inUse, VolumesInUseKnown: known}, nil
 }
 
 func toProto(uid types.UID, pod *corev1.Pod, v *volume) *volumesv1.Volume {

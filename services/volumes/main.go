@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var csiVolumes CSIVolumes
 	if client != nil {
 		claims = apiClaims{client: client, node: node.Name}
-		csiVolumes = csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client}, RootDir: nc.Paths.GetRootDir(), NodeName: node.Name, Log: log.With("component", "csi")})
+		csiVolumes = csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: node.Name}, RootDir: nc.Paths.GetRootDir(), NodeName: node.Name, Log: log.With("component", "csi")})
 	}
 	m := NewManager(ManagerOptions{
 		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),

@@ -68,8 +68,11 @@ type Options struct {
 	// instead of at its next period.
 	Wake <-chan struct{}
 	// Images may be nil: node.status.images stays empty.
-	Images   ImageSource
-	Recorder record.EventRecorder
+	Images ImageSource
+	// VolumesInUse lists the attached volumes the node's pods use (unitlet-volumes); nil,
+	// or an error, leaves the Node's status.volumesInUse as it is.
+	VolumesInUse func(ctx context.Context) ([]corev1.UniqueVolumeName, error)
+	Recorder     record.EventRecorder
 	// Loops, when set, is told when the status and lease loops turn (loopStatus,
 	// loopLease), for the service's health check: a stuck loop stops the watchdog.
 	Loops    *liveness.Loops
@@ -109,6 +112,7 @@ type Controller struct {
 	pressure           PressureSource
 	wake               <-chan struct{}
 	images             ImageSource
+	volumesInUse       func(ctx context.Context) ([]corev1.UniqueVolumeName, error)
 	recorder           record.EventRecorder
 	clock              clock.Clock
 	log                *slog.Logger
@@ -174,6 +178,7 @@ func New(o Options) (*Controller, error) {
 		pressure:        o.Pressure,
 		wake:            o.Wake,
 		images:          o.Images,
+		volumesInUse:    o.VolumesInUse,
 		recorder:        o.Recorder,
 		clock:           o.Clock,
 		log:             o.Log,

@@ -36,6 +36,8 @@ type observation struct {
 	pressure map[corev1.NodeConditionType]corev1.NodeCondition
 	images   []corev1.ContainerImage
 	health   *runtimeInfo
+	// volumesInUse is unitlet-volumes' answer; nil keeps the Node's as it is.
+	volumesInUse *[]corev1.UniqueVolumeName
 }
 
 // runtimeInfo is the runtime's name and version from podsync's last answer.
@@ -57,6 +59,15 @@ func (c *Controller) observe(ctx context.Context) *observation {
 	}
 	o.pressure = c.pressureConditions(ctx)
 	o.images = c.nodeImages(ctx)
+	if c.volumesInUse != nil {
+		if names, err := c.volumesInUse(ctx); err != nil {
+			// Kept as it is: dropping a volume from the list would let the attach/detach
+			// controller detach it under a mount.
+			c.log.Warn("list the volumes in use; the Node's volumesInUse kept as it is", "err", err)
+		} else {
+			o.volumesInUse = &names
+		}
+	}
 	if c.loop.system == nil {
 		c.loop.system = c.host.read()
 	}
@@ -139,6 +150,9 @@ func (c *Controller) apply(original *corev1.Node, o *observation) (*corev1.Node,
 	info.KubeletVersion = KubeletVersion()
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.port
 	node.Status.Images = o.images
+	if o.volumesInUse != nil {
+		node.Status.VolumesInUse = *o.volumesInUse
+	}
 
 	var events []string
 	for _, k := range pressureKinds {

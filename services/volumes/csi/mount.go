@@ -46,13 +46,22 @@ type volData struct {
 	NodeName            string `json:"nodeName,omitempty"`
 	AttachmentID        string `json:"attachmentID,omitempty"`
 	VolumeLifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+	// AttachRequired ("true"), unitlet's own key: the volume is attached by the
+	// attach/detach controller, and is in the Node's volumesInUse while this record is.
+	AttachRequired string `json:"attachRequired,omitempty"`
 }
+
+// UniqueName is the kubelet's unique name of a CSI volume: what the Node's volumesInUse
+// and volumesAttached list.
+func UniqueName(driver, handle string) string { return PluginName + "/" + driver + "^" + handle }
 
 // Objects reads what a CSI volume's set-up needs from the API server.
 type Objects interface {
 	// CSIDriver is the driver's CSIDriver object; nil, without error, when it has none.
 	CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error)
 	VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
+	// VolumesInUse is the Node's status.volumesInUse, as the API server has it.
+	VolumesInUse(ctx context.Context) ([]corev1.UniqueVolumeName, error)
 	// Secret is a secret's data, as strings.
 	Secret(ctx context.Context, namespace, name string) (map[string]string, error)
 }
@@ -171,10 +180,7 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 	if cd != nil && len(cd.Spec.VolumeLifecycleModes) > 0 && !slices.Contains(cd.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent) {
 		return "", fmt.Errorf("CSIDriver %s does not support the volume lifecycle mode %q (its volumeLifecycleModes are %v)", src.Driver, storagev1.VolumeLifecyclePersistent, cd.Spec.VolumeLifecycleModes)
 	}
-	publishContext, err := m.publishContext(ctx, cd, src)
-	if err != nil {
-		return "", err
-	}
+	attach := cd == nil || cd.Spec.AttachRequired == nil || *cd.Spec.AttachRequired
 	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
 		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
 	})
@@ -197,13 +203,8 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 
 	unlock := m.lock(src.Driver, src.VolumeHandle)
 	defer unlock()
-	staging := ""
-	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
-		staging = m.StagingPath(src.Driver, src.VolumeHandle)
-		if err := m.stage(ctx, drv, src, staging, publishContext, capability); err != nil {
-			return "", err
-		}
-	}
+	// The record first: from now on the volume is in the node's volumesInUse (when it is
+	// attached), and a teardown finds it whatever happens next.
 	if err := os.MkdirAll(p.Dir, 0o750); err != nil {
 		return "", err
 	}
@@ -211,8 +212,24 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 		SpecVolID: p.PV.Name, VolumeHandle: src.VolumeHandle, DriverName: src.Driver, NodeName: m.node,
 		AttachmentID: AttachmentName(src.VolumeHandle, src.Driver, m.node), VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent),
 	}
+	if attach {
+		rec.AttachRequired = "true"
+	}
 	if err := writeVolData(p.Dir, rec); err != nil {
 		return "", err
+	}
+	var publishContext map[string]string
+	if attach {
+		if publishContext, err = m.attached(ctx, src); err != nil {
+			return "", err
+		}
+	}
+	staging := ""
+	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
+		staging = m.StagingPath(src.Driver, src.VolumeHandle)
+		if err := m.stage(ctx, drv, src, p.Dir, staging, publishContext, capability); err != nil {
+			return "", err
+		}
 	}
 	secrets, err := m.secrets(ctx, src.NodePublishSecretRef, "nodePublishSecretRef")
 	if err != nil {
@@ -250,11 +267,12 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 // stage stages a volume at staging unless a pod of the node has it published already (it
 // is staged then: published only after a stage that succeeded). NodeStageVolume is
 // idempotent by the CSI spec, so a stage the process did not live to record is done again.
-func (m *Mounter) stage(ctx context.Context, drv Driver, src *corev1.CSIPersistentVolumeSource, staging string, publishContext map[string]string, capability *csipb.VolumeCapability) error {
+func (m *Mounter) stage(ctx context.Context, drv Driver, src *corev1.CSIPersistentVolumeSource, self, staging string, publishContext map[string]string, capability *csipb.VolumeCapability) error {
 	users, err := m.publications(src.Driver, src.VolumeHandle)
 	if err != nil {
 		return err
 	}
+	users = slices.DeleteFunc(users, func(dir string) bool { return dir == self })
 	if _, err := readVolData(filepath.Dir(staging)); err == nil && len(users) > 0 {
 		return nil
 	}
@@ -302,6 +320,14 @@ func (m *Mounter) TearDown(ctx context.Context, dir string) error {
 	}
 	unlock := m.lock(rec.DriverName, rec.VolumeHandle)
 	defer unlock()
+	if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
+		// Never published (its set-up waited for the attach, or its stage failed): there
+		// is nothing for the driver to unpublish.
+		if err := removeMountDir(dir); err != nil {
+			return fmt.Errorf("tear down CSI volume %s: %w", dir, err)
+		}
+		return m.unstageUnused(ctx, drv, rec.DriverName, rec.VolumeHandle)
+	}
 	if _, err := call(ctx, drv, "NodeUnpublishVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeUnpublishVolumeResponse, error) {
 		return c.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: rec.VolumeHandle, TargetPath: target})
 	}); err != nil {
@@ -363,13 +389,32 @@ func (m *Mounter) UnstageOrphans(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// publications are the pods' directories that record the volume as published.
+// publications are the pods' directories where the volume is published (or being
+// published): its record there, and its target made.
 func (m *Mounter) publications(driver, handle string) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(m.podsDir, "*", "volumes", "kubernetes.io~csi", "*", volDataFile))
+	recs, err := m.records()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
+	for dir, rec := range recs {
+		if rec.DriverName != driver || rec.VolumeHandle != handle {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, mountDir)); err == nil {
+			out = append(out, dir)
+		}
+	}
+	return out, nil
+}
+
+// records are the pods' CSI volume records, by directory.
+func (m *Mounter) records() (map[string]volData, error) {
+	files, err := filepath.Glob(filepath.Join(m.podsDir, "*", "volumes", "kubernetes.io~csi", "*", volDataFile))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]volData{}
 	for _, f := range files {
 		rec, err := readVolData(filepath.Dir(f))
 		if err != nil {
@@ -378,24 +423,56 @@ func (m *Mounter) publications(driver, handle string) ([]string, error) {
 			}
 			return nil, err
 		}
-		if rec.DriverName == driver && rec.VolumeHandle == handle {
-			out = append(out, filepath.Dir(f))
-		}
+		out[filepath.Dir(f)] = rec
 	}
 	return out, nil
 }
 
-// publishContext is what the driver's attacher recorded in the volume's VolumeAttachment
-// for this node, once attached; nil for a driver that needs no attaching.
-func (m *Mounter) publishContext(ctx context.Context, cd *storagev1.CSIDriver, src *corev1.CSIPersistentVolumeSource) (map[string]string, error) {
-	if cd != nil && cd.Spec.AttachRequired != nil && !*cd.Spec.AttachRequired {
-		return nil, nil
+// InUse are the unique names of the attached volumes the node's pods have, mounted or
+// being mounted, sorted: the Node's status.volumesInUse. Read from the records on disk,
+// so a restart loses none.
+func (m *Mounter) InUse() ([]string, error) {
+	recs, err := m.records()
+	if err != nil {
+		return nil, err
 	}
-	why := "its CSIDriver sets attachRequired"
-	if cd == nil {
-		why = "it has no CSIDriver object, which means attachRequired"
+	var out []string
+	for _, rec := range recs {
+		if rec.AttachRequired == "true" {
+			out = append(out, UniqueName(rec.DriverName, rec.VolumeHandle))
+		}
 	}
-	return nil, fmt.Errorf("CSI driver %s needs its volumes attached (%s): unitlet does not wait for VolumeAttachments yet; set attachRequired: false if the driver attaches nothing", src.Driver, why)
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// attached is the publish context the driver's attacher recorded in the volume's
+// VolumeAttachment for this node, once the volume is attached. As the kubelet, the volume
+// must first be in the Node's volumesInUse (unitlet-status reports what InUse lists), so
+// that the attach/detach controller never detaches it under a mount; until then, and until
+// the attachment says attached, the set-up fails with what it waits for and is tried again.
+func (m *Mounter) attached(ctx context.Context, src *corev1.CSIPersistentVolumeSource) (map[string]string, error) {
+	unique := UniqueName(src.Driver, src.VolumeHandle)
+	inUse, err := m.api.VolumesInUse(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the Node's volumesInUse: %w", err)
+	}
+	if !slices.Contains(inUse, corev1.UniqueVolumeName(unique)) {
+		return nil, fmt.Errorf("volume %s is not yet in the Node's status.volumesInUse (unitlet-status reports it at its next status update); waiting before it is attached", unique)
+	}
+	name := AttachmentName(src.VolumeHandle, src.Driver, m.node)
+	va, err := m.api.VolumeAttachment(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s is not attached yet: VolumeAttachment %s: %w", unique, name, err)
+	}
+	if !va.Status.Attached {
+		msg := ""
+		if e := va.Status.AttachError; e != nil {
+			msg = ": the attacher says: " + e.Message
+		}
+		return nil, fmt.Errorf("volume %s is not attached yet: VolumeAttachment %s is not attached%s", unique, name, msg)
+	}
+	return va.Status.AttachmentMetadata, nil
 }
 
 // secrets reads a secret the PV names for a call, nil when it names none.

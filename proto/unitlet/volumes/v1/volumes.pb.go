@@ -445,10 +445,18 @@ func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListVolumesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Volumes       []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Volumes []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// The attachable volumes the node has mounted or is mounting, by the kubelet's unique
+	// volume names ("kubernetes.io/csi/<driver>^<volume handle>"): what the Node's
+	// status.volumesInUse reports, so that the attach/detach controller never detaches
+	// them. Absent from a unitlet-volumes that predates it (then nothing is reported).
+	VolumesInUse []string `protobuf:"bytes,2,rep,name=volumes_in_use,json=volumesInUse,proto3" json:"volumes_in_use,omitempty"`
+	// Whether volumes_in_use was computed: false from an older unitlet-volumes, or when it
+	// could not read its records (status then keeps the Node's volumesInUse as it is).
+	VolumesInUseKnown bool `protobuf:"varint,3,opt,name=volumes_in_use_known,json=volumesInUseKnown,proto3" json:"volumes_in_use_known,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListVolumesResponse) Reset() {
@@ -486,6 +494,20 @@ func (x *ListVolumesResponse) GetVolumes() []*Volume {
 		return x.Volumes
 	}
 	return nil
+}
+
+func (x *ListVolumesResponse) GetVolumesInUse() []string {
+	if x != nil {
+		return x.VolumesInUse
+	}
+	return nil
+}
+
+func (x *ListVolumesResponse) GetVolumesInUseKnown() bool {
+	if x != nil {
+		return x.VolumesInUseKnown
+	}
+	return false
 }
 
 // Volume is one prepared volume of a pod.
@@ -627,9 +649,11 @@ const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"\x15ReleaseVolumesRequest\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\"\x18\n" +
 	"\x16ReleaseVolumesResponse\"\x14\n" +
-	"\x12ListVolumesRequest\"K\n" +
+	"\x12ListVolumesRequest\"\xa2\x01\n" +
 	"\x13ListVolumesResponse\x124\n" +
-	"\avolumes\x18\x01 \x03(\v2\x1a.unitlet.volumes.v1.VolumeR\avolumes\"\x99\x02\n" +
+	"\avolumes\x18\x01 \x03(\v2\x1a.unitlet.volumes.v1.VolumeR\avolumes\x12$\n" +
+	"\x0evolumes_in_use\x18\x02 \x03(\tR\fvolumesInUse\x12/\n" +
+	"\x14volumes_in_use_known\x18\x03 \x01(\bR\x11volumesInUseKnown\"\x99\x02\n" +
 	"\x06Volume\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x19\n" +
