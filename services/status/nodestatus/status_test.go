@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -373,4 +374,30 @@ func TestRuntimeVersionAsTheKubeletWritesIt(t *testing.T) {
 		"":                   "Unknown",
 		"main":               "Unknown",
 	})
+}
+
+// The Node's volumesInUse is unitlet-volumes' list; when unitlet-volumes cannot tell, the
+// Node's list stays as it was (dropping a volume would let the attach/detach controller
+// detach it under a mount).
+func TestVolumesInUseFromUnitletVolumes(t *testing.T) {
+	var list []corev1.UniqueVolumeName
+	var listErr error
+	h := registered(t, func(o *Options) {
+		o.VolumesInUse = func(context.Context) ([]corev1.UniqueVolumeName, error) { return list, listErr }
+	})
+	list = []corev1.UniqueVolumeName{"kubernetes.io/csi/a^1", "kubernetes.io/csi/b^2"}
+	h.tick(t, time.Second)
+	if got := h.node(t).Status.VolumesInUse; !slices.Equal(got, list) {
+		t.Fatalf("volumesInUse = %v, want %v", got, list)
+	}
+	list, listErr = nil, errors.New("unitlet-volumes: unavailable")
+	h.tick(t, time.Second)
+	if got := h.node(t).Status.VolumesInUse; len(got) != 2 {
+		t.Errorf("volumesInUse while unitlet-volumes cannot tell = %v, want it kept", got)
+	}
+	listErr = nil
+	h.tick(t, time.Second)
+	if got := h.node(t).Status.VolumesInUse; len(got) != 0 {
+		t.Errorf("volumesInUse after the volumes went = %v, want none", got)
+	}
 }
