@@ -24,7 +24,7 @@ import (
 	"github.com/unitlet/unitlet/integration/csidriver"
 )
 
-// TestVolumesCSIPersistentVolumes: PVCs bound to static CSI PVs, mounted through the
+// TestVolumesCSI: PVCs bound to static CSI PVs and inline csi volumes, mounted through the
 // harness's CSI test driver on node-1 as the kubelet's CSI plugin mounts them.
 //
 //   - A staging driver (STAGE_UNSTAGE_VOLUME; each volume an ext4 image on a loop
@@ -37,6 +37,9 @@ import (
 //     directory is left.
 //   - A driver without staging: published (a directory bind-mounted) and unpublished; the
 //     pod's write is in the driver's directory.
+//   - An inline csi volume on that driver (its CSIDriver lists the Ephemeral mode):
+//     published under the kubelet's handle, with ephemeral=true; on the staging driver
+//     (Persistent only), refused with a FailedMount naming the mode.
 //   - A driver whose CSIDriver needs attaching, the test as its external attacher: the
 //     controller-manager's attach/detach controller makes the VolumeAttachment; the
 //     volume is in the Node's volumesInUse while the pod waits, with a FailedMount saying
@@ -45,7 +48,7 @@ import (
 //     the controller detaches it (deletes the VolumeAttachment).
 //
 // The driver's exact calls for each volume are checked.
-func TestVolumesCSIPersistentVolumes(t *testing.T) {
+func TestVolumesCSI(t *testing.T) {
 	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
@@ -68,14 +71,14 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 		return d
 	}
 	stg, dir, att := start("stg.csi.unitlet.test", true), start("dir.csi.unitlet.test", false), start("att.csi.unitlet.test", false)
-	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy) {
+	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy, modes ...storagev1.VolumeLifecycleMode) {
 		createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach), PodInfoOnMount: ptr.To(true), FSGroupPolicy: ptr.To(policy)},
+			Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach), PodInfoOnMount: ptr.To(true), FSGroupPolicy: ptr.To(policy), VolumeLifecycleModes: modes},
 		}, c.StorageV1().CSIDrivers().Delete, name)
 	}
 	csiDriver("stg.csi.unitlet.test", false, storagev1.FileFSGroupPolicy)
-	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy)
+	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy, storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)
 	csiDriver("att.csi.unitlet.test", true, storagev1.NoneFSGroupPolicy)
 	stack.WaitFor(t, 30*time.Second, "the drivers in the node's CSINode", func(ctx context.Context) (bool, string) {
 		cn, err := c.StorageV1().CSINodes().Get(ctx, podsyncNode, metav1.GetOptions{})
@@ -178,6 +181,32 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	}
 	wantCalls(dir, "vol-dir", "NodePublishVolume")
 
+	// Inline: published under the kubelet's handle for the pod's volume, with the pod's
+	// identity and ephemeral=true; refused by a driver without the Ephemeral mode.
+	inlinePod := func(name, driver string) *corev1.Pod {
+		p := busyboxPod(name, "echo inline >/data/f; while true; do sleep 1; done")
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: driver, VolumeAttributes: map[string]string{"size": "1"}}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		return p
+	}
+	inline := createPod(t, inlinePod("csi-inline", "dir.csi.unitlet.test"))
+	createPod(t, inlinePod("csi-inline-refused", "stg.csi.unitlet.test"))
+	apiPodRunningReady(t, "csi-inline", 2*time.Minute)
+	inlineHandle := fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(inline.UID)+"data")))
+	if got, err := os.ReadFile(filepath.Join(state, "dir.csi.unitlet.test", inlineHandle, "f")); err != nil || strings.TrimSpace(string(got)) != "inline" {
+		t.Errorf("the inline volume's write in the driver's directory for handle %s: %q %v", inlineHandle, got, err)
+	}
+	wantCalls(dir, inlineHandle, "NodePublishVolume")
+	for _, call := range dir.Calls() {
+		if call.VolumeID == inlineHandle && (call.VolumeContext["csi.storage.k8s.io/ephemeral"] != "true" || call.VolumeContext["size"] != "1" || call.Target != targetOf(inline, "data")) {
+			t.Errorf("the inline volume's publish: target %s, context %v; want %s, its attributes and ephemeral=true", call.Target, call.VolumeContext, targetOf(inline, "data"))
+		}
+	}
+	stack.WaitFor(t, time.Minute, "csi-inline-refused: a FailedMount event naming the lifecycle mode", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "csi-inline-refused")
+		return strings.Contains(evs, "FailedMount") && strings.Contains(evs, `does not support the volume lifecycle mode "Ephemeral"`), evs
+	})
+
 	// Attached by the test, as an external attacher would.
 	attPod := createPod(t, claimPod("csi-att", "csi-att", "while true; do sleep 1; done", nil))
 	attachment := fmt.Sprintf("csi-%x", sha256.Sum256([]byte("vol-att"+"att.csi.unitlet.test"+podsyncNode)))
@@ -233,6 +262,8 @@ func TestVolumesCSIPersistentVolumes(t *testing.T) {
 	})
 	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume")
 	gone("csi-dir", dirPod, "csi-dir")
+	gone("csi-inline", inline, "data")
+	wantCalls(dir, inlineHandle, "NodePublishVolume", "NodeUnpublishVolume")
 	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeUnpublishVolume")
 	gone("csi-att", attPod, "csi-att")
 	wantCalls(att, "vol-att", "NodePublishVolume", "NodeUnpublishVolume")

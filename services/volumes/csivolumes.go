@@ -2,11 +2,13 @@ package volumes
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/unitlet/unitlet/services/volumes/csi"
 	"github.com/unitlet/unitlet/shared/kubeapi"
@@ -15,9 +17,22 @@ import (
 // CSIVolumes stages and publishes CSI persistent volumes for pods (csi.Mounter).
 type CSIVolumes interface {
 	SetUp(ctx context.Context, p csi.Publication) (string, error)
+	SetUpInline(ctx context.Context, p csi.InlinePublication) (string, error)
 	TearDown(ctx context.Context, dir string) error
 	UnstageOrphans(ctx context.Context) error
 	InUse() ([]string, error)
+}
+
+// setUpInlineCSI publishes a pod's inline csi volume through its driver.
+func (m *Manager) setUpInlineCSI(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+	if m.csi == nil {
+		return nil, errors.New("csi volumes need the API server (the driver's CSIDriver object): this node runs standalone")
+	}
+	path, err := m.csi.SetUpInline(ctx, csi.InlinePublication{Pod: pod, Volume: v, Dir: m.volumeDir(pod.UID, csi.PluginName, v.Name)})
+	if err != nil {
+		return nil, err
+	}
+	return &volume{name: v.Name, plugin: csi.PluginName, path: path, readOnly: ptr.Deref(v.CSI.ReadOnly, false)}, nil
 }
 
 // apiCSIObjects reads CSIDrivers, VolumeAttachments, the secrets a CSI PV names and the

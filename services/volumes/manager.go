@@ -307,6 +307,8 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 			return nil, err
 		}
 		return &volume{name: v.Name, plugin: pluginHostPath, path: v.HostPath.Path}, nil
+	case v.CSI != nil:
+		return m.setUpInlineCSI(ctx, pod, v)
 	case v.EmptyDir != nil:
 		dir := m.volumeDir(pod.UID, pluginEmptyDir, v.Name)
 		size := v.EmptyDir.SizeLimit
@@ -337,7 +339,7 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	case v.Projected != nil:
 		plugin, memory = pluginProjected, true
 	default:
-		return nil, fmt.Errorf("unsupported volume type %s: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim and ephemeral volumes", sourceKind(v.VolumeSource))
+		return nil, fmt.Errorf("unsupported volume type %s: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral and csi volumes", sourceKind(v.VolumeSource))
 	}
 	payload, err := m.payloads.Payload(ctx, pod, v)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/unitlet/unitlet/services/volumes/ownership"
 )
@@ -160,27 +161,87 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 	if src.VolumeHandle == "" {
 		return "", fmt.Errorf("PersistentVolume %s: spec.csi.volumeHandle is empty", p.PV.Name)
 	}
-	target := filepath.Join(p.Dir, mountDir)
-	if rec, err := readVolData(p.Dir); err == nil && rec.DriverName == src.Driver && rec.VolumeHandle == src.VolumeHandle {
+	return m.setUp(ctx, p.Pod, p.Dir, volumeSpec{
+		name: p.PV.Name, what: "PersistentVolume " + p.PV.Name, driver: src.Driver, handle: src.VolumeHandle, mode: storagev1.VolumeLifecyclePersistent,
+		fsType: src.FSType, readOnly: p.ReadOnly || src.ReadOnly, attributes: src.VolumeAttributes, publishSecret: src.NodePublishSecretRef,
+		accessModes: p.PV.Spec.AccessModes, mountOptions: p.PV.Spec.MountOptions, source: src,
+	})
+}
+
+// InlinePublication is a pod's csi volume (a CSI ephemeral volume).
+type InlinePublication struct {
+	Pod    *corev1.Pod
+	Volume *corev1.Volume
+	// Dir is the pod's directory of the volume, <pods>/<uid>/volumes/kubernetes.io~csi/<volume>.
+	Dir string
+}
+
+// InlineHandle is the handle the kubelet gives a pod's inline CSI volume:
+// csi-<sha256 of the pod's UID and the volume's name>.
+func InlineHandle(podUID, volume string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(podUID+volume)))
+}
+
+// SetUpInline publishes a pod's inline CSI volume, for a driver whose CSIDriver lists the
+// Ephemeral lifecycle mode: never attached nor staged, the volume lives as long as the pod.
+func (m *Mounter) SetUpInline(ctx context.Context, p InlinePublication) (string, error) {
+	src := p.Volume.CSI
+	var secret *corev1.SecretReference
+	if src.NodePublishSecretRef != nil {
+		secret = &corev1.SecretReference{Namespace: p.Pod.Namespace, Name: src.NodePublishSecretRef.Name}
+	}
+	return m.setUp(ctx, p.Pod, p.Dir, volumeSpec{
+		name: p.Volume.Name, what: "volume " + p.Volume.Name, driver: src.Driver, handle: InlineHandle(string(p.Pod.UID), p.Volume.Name),
+		mode: storagev1.VolumeLifecycleEphemeral, fsType: ptr.Deref(src.FSType, ""), readOnly: ptr.Deref(src.ReadOnly, false),
+		attributes: src.VolumeAttributes, publishSecret: secret,
+	})
+}
+
+// volumeSpec is what a publication needs, from a PV or an inline volume.
+type volumeSpec struct {
+	// name is the PV's or the pod volume's name; what names it in errors.
+	name, what     string
+	driver, handle string
+	mode           storagev1.VolumeLifecycleMode
+	fsType         string
+	readOnly       bool
+	attributes     map[string]string
+	publishSecret  *corev1.SecretReference
+	// accessModes and mountOptions are the PV's (none for an inline volume); source the
+	// PV's csi source (nil inline).
+	accessModes  []corev1.PersistentVolumeAccessMode
+	mountOptions []string
+	source       *corev1.CSIPersistentVolumeSource
+}
+
+func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec volumeSpec) (string, error) {
+	target := filepath.Join(dir, mountDir)
+	if rec, err := readVolData(dir); err == nil && rec.DriverName == spec.driver && rec.VolumeHandle == spec.handle {
 		if mounted, err := isMountPoint(target); err == nil && mounted {
 			return target, nil
 		}
 	}
-	drv, err := m.drivers.Driver(src.Driver)
+	drv, err := m.drivers.Driver(spec.driver)
 	if err != nil {
 		return "", err
 	}
-	cd, err := m.api.CSIDriver(ctx, src.Driver)
+	cd, err := m.api.CSIDriver(ctx, spec.driver)
 	if err != nil {
-		return "", fmt.Errorf("read CSIDriver %s: %w", src.Driver, err)
+		return "", fmt.Errorf("read CSIDriver %s: %w", spec.driver, err)
 	}
 	if err := refuseDriverFeatures(cd); err != nil {
 		return "", err
 	}
-	if cd != nil && len(cd.Spec.VolumeLifecycleModes) > 0 && !slices.Contains(cd.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent) {
-		return "", fmt.Errorf("CSIDriver %s does not support the volume lifecycle mode %q (its volumeLifecycleModes are %v)", src.Driver, storagev1.VolumeLifecyclePersistent, cd.Spec.VolumeLifecycleModes)
+	// As the kubelet: a driver without a CSIDriver, or one listing no modes, serves
+	// persistent volumes only.
+	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	if cd != nil && len(cd.Spec.VolumeLifecycleModes) > 0 {
+		modes = cd.Spec.VolumeLifecycleModes
 	}
-	attach := cd == nil || cd.Spec.AttachRequired == nil || *cd.Spec.AttachRequired
+	if !slices.Contains(modes, spec.mode) {
+		return "", fmt.Errorf("CSIDriver %s does not support the volume lifecycle mode %q (its volumeLifecycleModes are %v), which %s needs", spec.driver, spec.mode, modes, spec.what)
+	}
+	attach := spec.mode == storagev1.VolumeLifecyclePersistent && (cd == nil || cd.Spec.AttachRequired == nil || *cd.Spec.AttachRequired)
 	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
 		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
 	})
@@ -190,74 +251,73 @@ func (m *Mounter) SetUp(ctx context.Context, p Publication) (string, error) {
 	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
 		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
 	}
-	readOnly := p.ReadOnly || src.ReadOnly
 	var fsGroup *int64
-	if sc := p.Pod.Spec.SecurityContext; sc != nil {
+	if sc := pod.Spec.SecurityContext; sc != nil {
 		fsGroup = sc.FSGroup
 	}
-	capability := volumeCapability(p.PV, src.FSType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
+	capability := volumeCapability(spec.accessModes, spec.mountOptions, spec.fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
 	if has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil {
 		// The driver applies the group itself, at its mount.
 		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*fsGroup, 10)
 	}
 
-	unlock := m.lock(src.Driver, src.VolumeHandle)
+	unlock := m.lock(spec.driver, spec.handle)
 	defer unlock()
 	// The record first: from now on the volume is in the node's volumesInUse (when it is
 	// attached), and a teardown finds it whatever happens next.
-	if err := os.MkdirAll(p.Dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", err
 	}
 	rec := volData{
-		SpecVolID: p.PV.Name, VolumeHandle: src.VolumeHandle, DriverName: src.Driver, NodeName: m.node,
-		AttachmentID: AttachmentName(src.VolumeHandle, src.Driver, m.node), VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent),
+		SpecVolID: spec.name, VolumeHandle: spec.handle, DriverName: spec.driver, NodeName: m.node,
+		AttachmentID: AttachmentName(spec.handle, spec.driver, m.node), VolumeLifecycleMode: string(spec.mode),
 	}
 	if attach {
 		rec.AttachRequired = "true"
 	}
-	if err := writeVolData(p.Dir, rec); err != nil {
+	if err := writeVolData(dir, rec); err != nil {
 		return "", err
 	}
 	var publishContext map[string]string
 	if attach {
-		if publishContext, err = m.attached(ctx, src); err != nil {
+		if publishContext, err = m.attached(ctx, spec.driver, spec.handle); err != nil {
 			return "", err
 		}
 	}
 	staging := ""
-	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
-		staging = m.StagingPath(src.Driver, src.VolumeHandle)
-		if err := m.stage(ctx, drv, src, p.Dir, staging, publishContext, capability); err != nil {
+	if spec.source != nil && has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
+		staging = m.StagingPath(spec.driver, spec.handle)
+		if err := m.stage(ctx, drv, spec.source, dir, staging, publishContext, capability); err != nil {
 			return "", err
 		}
 	}
-	secrets, err := m.secrets(ctx, src.NodePublishSecretRef, "nodePublishSecretRef")
+	secrets, err := m.secrets(ctx, spec.publishSecret, "nodePublishSecretRef")
 	if err != nil {
 		return "", err
 	}
-	volumeContext := src.VolumeAttributes
+	volumeContext := spec.attributes
 	if cd != nil && cd.Spec.PodInfoOnMount != nil && *cd.Spec.PodInfoOnMount {
-		volumeContext = podInfo(volumeContext, p.Pod)
+		volumeContext = podInfo(volumeContext, pod, spec.mode == storagev1.VolumeLifecycleEphemeral)
 	}
 	_, err = call(ctx, drv, "NodePublishVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodePublishVolumeResponse, error) {
 		return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
-			VolumeId: src.VolumeHandle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
-			VolumeCapability: capability, Readonly: readOnly, Secrets: secrets, VolumeContext: volumeContext,
+			VolumeId: spec.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
+			VolumeCapability: capability, Readonly: spec.readOnly, Secrets: secrets, VolumeContext: volumeContext,
 		})
 	})
 	if err != nil {
 		if final(err) {
 			// The driver says it did nothing: no record left for a teardown to find.
-			_ = removeMountDir(p.Dir)
+			_ = removeMountDir(dir)
 		}
 		return "", err
 	}
-	if !has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil && !readOnly && appliesFSGroup(cd, p.PV, src.FSType) {
-		sc := p.Pod.Spec.SecurityContext
+	if !has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil && !spec.readOnly && appliesFSGroup(cd, spec) {
+		sc := pod.Spec.SecurityContext
 		onMismatch := sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == corev1.FSGroupChangeOnRootMismatch
 		if !onMismatch || !ownership.RootMatches(target, *fsGroup, false) {
 			if err := ownership.Set(target, *fsGroup, false); err != nil {
-				return "", fmt.Errorf("apply fsGroup %d to CSI volume %s: %w", *fsGroup, p.PV.Name, err)
+				return "", fmt.Errorf("apply fsGroup %d to the CSI volume of %s: %w", *fsGroup, spec.what, err)
 			}
 		}
 	}
@@ -451,8 +511,8 @@ func (m *Mounter) InUse() ([]string, error) {
 // must first be in the Node's volumesInUse (unitlet-status reports what InUse lists), so
 // that the attach/detach controller never detaches it under a mount; until then, and until
 // the attachment says attached, the set-up fails with what it waits for and is tried again.
-func (m *Mounter) attached(ctx context.Context, src *corev1.CSIPersistentVolumeSource) (map[string]string, error) {
-	unique := UniqueName(src.Driver, src.VolumeHandle)
+func (m *Mounter) attached(ctx context.Context, driver, handle string) (map[string]string, error) {
+	unique := UniqueName(driver, handle)
 	inUse, err := m.api.VolumesInUse(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the Node's volumesInUse: %w", err)
@@ -460,7 +520,7 @@ func (m *Mounter) attached(ctx context.Context, src *corev1.CSIPersistentVolumeS
 	if !slices.Contains(inUse, corev1.UniqueVolumeName(unique)) {
 		return nil, fmt.Errorf("volume %s is not yet in the Node's status.volumesInUse (unitlet-status reports it at its next status update); waiting before it is attached", unique)
 	}
-	name := AttachmentName(src.VolumeHandle, src.Driver, m.node)
+	name := AttachmentName(handle, driver, m.node)
 	va, err := m.api.VolumeAttachment(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("volume %s is not attached yet: VolumeAttachment %s: %w", unique, name, err)
@@ -506,11 +566,11 @@ func refuseDriverFeatures(cd *storagev1.CSIDriver) error {
 // file system type and mount options, the access mode of its first access mode, as the
 // kubelet maps them (ReadWriteOnce to SINGLE_NODE_MULTI_WRITER, ReadWriteOncePod to
 // SINGLE_NODE_SINGLE_WRITER, for drivers that know them).
-func volumeCapability(pv *corev1.PersistentVolume, fsType string, multiWriter bool) *csipb.VolumeCapability {
+func volumeCapability(accessModes []corev1.PersistentVolumeAccessMode, mountOptions []string, fsType string, multiWriter bool) *csipb.VolumeCapability {
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	am := corev1.ReadWriteOnce
-	if len(pv.Spec.AccessModes) > 0 {
-		am = pv.Spec.AccessModes[0]
+	if len(accessModes) > 0 {
+		am = accessModes[0]
 	}
 	switch am {
 	case corev1.ReadOnlyMany:
@@ -528,14 +588,14 @@ func volumeCapability(pv *corev1.PersistentVolume, fsType string, multiWriter bo
 	}
 	return &csipb.VolumeCapability{
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: pv.Spec.MountOptions}},
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: mountOptions}},
 	}
 }
 
 // appliesFSGroup is the CSIDriver's fsGroupPolicy, as the kubelet reads it: File always,
 // None never, ReadWriteOnceWithFSType (the default) for a volume with a file system type
-// and the ReadWriteOnce access mode.
-func appliesFSGroup(cd *storagev1.CSIDriver, pv *corev1.PersistentVolume, fsType string) bool {
+// and the ReadWriteOnce access mode (an inline volume is mounted ReadWriteOnce).
+func appliesFSGroup(cd *storagev1.CSIDriver, spec volumeSpec) bool {
 	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
 	if cd != nil && cd.Spec.FSGroupPolicy != nil {
 		policy = *cd.Spec.FSGroupPolicy
@@ -546,18 +606,18 @@ func appliesFSGroup(cd *storagev1.CSIDriver, pv *corev1.PersistentVolume, fsType
 	case storagev1.NoneFSGroupPolicy:
 		return false
 	}
-	return fsType != "" && slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteOnce)
+	return spec.fsType != "" && (spec.source == nil || slices.Contains(spec.accessModes, corev1.ReadWriteOnce))
 }
 
 // podInfo is the volume context with the pod's identity added, for a driver whose
 // CSIDriver sets podInfoOnMount.
-func podInfo(attrs map[string]string, pod *corev1.Pod) map[string]string {
+func podInfo(attrs map[string]string, pod *corev1.Pod, ephemeral bool) map[string]string {
 	out := map[string]string{
 		"csi.storage.k8s.io/pod.name":            pod.Name,
 		"csi.storage.k8s.io/pod.namespace":       pod.Namespace,
 		"csi.storage.k8s.io/pod.uid":             string(pod.UID),
 		"csi.storage.k8s.io/serviceAccount.name": pod.Spec.ServiceAccountName,
-		"csi.storage.k8s.io/ephemeral":           "false",
+		"csi.storage.k8s.io/ephemeral":           strconv.FormatBool(ephemeral),
 	}
 	for k, v := range attrs {
 		out[k] = v
