@@ -48,6 +48,16 @@ type Driver struct {
 	mu       sync.Mutex
 	notified []*registerapi.RegistrationStatus
 	calls    []Call
+	// conditions are the volumes said to be abnormal, with why, by handle.
+	conditions map[string]string
+}
+
+// SetCondition makes NodeGetVolumeStats say the volume is abnormal, with message ("":
+// healthy again).
+func (d *Driver) SetCondition(handle, message string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.conditions[handle] = message
 }
 
 // Call is one call the node made.
@@ -61,7 +71,7 @@ type Call struct {
 // Start serves the driver's CSI socket, then its registration socket (as
 // node-driver-registrar starts once the driver answers).
 func Start(o Options) (*Driver, error) {
-	d := &Driver{o: o}
+	d := &Driver{o: o, conditions: map[string]string{}}
 	csiServer := grpc.NewServer()
 	csipb.RegisterIdentityServer(csiServer, identity{d})
 	csipb.RegisterNodeServer(csiServer, &node{d: d})

@@ -37,9 +37,13 @@ func (n *node) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.N
 func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
 	n.d.record("NodeGetCapabilities")
 	res := &csipb.NodeGetCapabilitiesResponse{}
+	types := []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS, csipb.NodeServiceCapability_RPC_VOLUME_CONDITION}
 	if n.d.o.Stage {
+		types = append(types, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	}
+	for _, t := range types {
 		res.Capabilities = append(res.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
-			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: t}}})
 	}
 	return res, nil
 }
@@ -192,4 +196,27 @@ func (n *node) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVo
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats reports the file system at the volume's path, and the condition
+// SetCondition gave the volume (healthy by default).
+func (n *node) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(req.GetVolumePath(), &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	bs := int64(st.Bsize)
+	n.d.mu.Lock()
+	cond := n.d.conditions[req.GetVolumeId()]
+	n.d.mu.Unlock()
+	return &csipb.NodeGetVolumeStatsResponse{
+		Usage: []*csipb.VolumeUsage{
+			{Unit: csipb.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
+			{Unit: csipb.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
+		},
+		VolumeCondition: &csipb.VolumeCondition{Abnormal: cond != "", Message: cond},
+	}, nil
 }

@@ -35,6 +35,9 @@ import (
 //     container's restart and the second pod reads it. The first pod deleted: unpublished
 //     only; the second deleted: unpublished, then unstaged. No mount, loop device or
 //     directory is left.
+//   - The staging driver's NodeGetVolumeStats: the claim's kubelet_volume_stats_* on
+//     /metrics are the volume's (its ext4 image), its condition abnormal as the driver
+//     says, with a VolumeConditionAbnormal event on the pod.
 //   - A driver without staging: published (a directory bind-mounted) and unpublished; the
 //     pod's write is in the driver's directory.
 //   - An inline csi volume on that driver (its CSIDriver lists the Ephemeral mode):
@@ -128,6 +131,8 @@ func TestVolumesCSI(t *testing.T) {
 		return p
 	}
 
+	// The staging driver says the volume is failing, from the start: its stats carry it.
+	stg.SetCondition("vol-stg", "the test says the disk is failing")
 	// The staging driver: the first pod writes, exits, and finds its file when restarted.
 	a := createPod(t, claimPod("csi-stg-a", "csi-stg", "if [ -f /data/a ]; then while true; do sleep 1; done; fi; echo from-a >/data/a; exit 1", ptr.To[int64](2345)))
 	stack.WaitFor(t, 2*time.Minute, "csi-stg-a running again after its container's restart", func(ctx context.Context) (bool, string) {
@@ -172,6 +177,24 @@ func TestVolumesCSI(t *testing.T) {
 	if err := syscall.Stat(targetOf(a, "csi-stg"), &st); err != nil || st.Gid != 2345 {
 		t.Errorf("the published volume's group %d (%v), want csi-stg-a's fsGroup 2345 (fsGroupPolicy File)", st.Gid, err)
 	}
+
+	// The driver's NodeGetVolumeStats: the claim's kubelet_volume_stats_* on /metrics (the
+	// ext4 image's size, not the host's disk), its health abnormal, and a
+	// VolumeConditionAbnormal event on the pod.
+	stack.WaitFor(t, 90*time.Second, "kubelet_volume_stats_* of claim csi-stg from the driver", func(ctx context.Context) (bool, string) {
+		fams, err := scrapeNode(ctx, t, "metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		capacity := byLabel(fams["kubelet_volume_stats_capacity_bytes"], "persistentvolumeclaim")["csi-stg"]
+		abnormal, ok := byLabel(fams["kubelet_volume_stats_health_status_abnormal"], "persistentvolumeclaim")["csi-stg"]
+		used := byLabel(fams["kubelet_volume_stats_used_bytes"], "persistentvolumeclaim")["csi-stg"]
+		return capacity > 16<<20 && capacity <= 32<<20 && used > 0 && ok && abnormal == 1, fmt.Sprintf("capacity %v, used %v, abnormal %v (%v)", capacity, used, abnormal, ok)
+	})
+	stack.WaitFor(t, time.Minute, "csi-stg-a: a VolumeConditionAbnormal event", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "csi-stg-a")
+		return strings.Contains(evs, "VolumeConditionAbnormal") && strings.Contains(evs, "Volume data: the test says the disk is failing"), evs
+	})
 
 	// The driver without staging.
 	dirPod := createPod(t, claimPod("csi-dir", "csi-dir", "echo from-dir >/data/f; while true; do sleep 1; done", ptr.To[int64](2345)))

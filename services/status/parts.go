@@ -228,7 +228,12 @@ func (p parts) summary() (*stats.Cache, error) {
 		Clock:           p.clk,
 		Log:             p.log.With("component", "stats"),
 	})
-	return stats.NewCache(provider, stats.DefaultCollectPeriod), nil
+	cache := stats.NewCache(provider, stats.DefaultCollectPeriod)
+	// kubelet_volume_stats_* on /metrics, from the same summary.
+	if err := p.reg.Register(cache.VolumeStatsCollector()); err != nil {
+		return nil, err
+	}
+	return cache, nil
 }
 
 // nodeAPI is the node's HTTPS API (:10250), its listener already bound. /stats/summary and

@@ -6,6 +6,7 @@ import (
 
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/status/stats"
@@ -30,6 +31,15 @@ func (v volumesClient) List(ctx context.Context) ([]stats.Volume, error) {
 		}
 		if vol.GetMeasureTime() != nil {
 			sv.Measured = vol.GetMeasureTime().AsTime()
+		}
+		if z := vol.GetSize(); z != nil {
+			sv.Size = &stats.VolumeSize{
+				CapacityBytes: uint64(max(z.GetCapacityBytes(), 0)), AvailableBytes: uint64(max(z.GetAvailableBytes(), 0)),
+				Inodes: uint64(max(z.GetInodes(), 0)), InodesFree: uint64(max(z.GetInodesFree(), 0)),
+			}
+		}
+		if c := vol.GetCondition(); c != nil {
+			sv.Abnormal = ptr.To(c.GetAbnormal())
 		}
 		out = append(out, sv)
 	}

@@ -21,6 +21,7 @@ type CSIVolumes interface {
 	TearDown(ctx context.Context, dir string) error
 	UnstageOrphans(ctx context.Context) error
 	InUse() ([]string, error)
+	Stats(ctx context.Context, target string) (csi.VolumeStats, error)
 }
 
 // setUpInlineCSI publishes a pod's inline csi volume through its driver.

@@ -89,5 +89,9 @@ func toProto(uid types.UID, pod *corev1.Pod, v *volume) *volumesv1.Volume {
 	if !v.measured.IsZero() {
 		out.MeasureTime = timestamppb.New(v.measured)
 	}
+	out.Size = v.size
+	if c := v.condition; c != nil {
+		out.Condition = &volumesv1.VolumeCondition{Abnormal: c.Abnormal, Message: c.Message}
+	}
 	return out
 }

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
 	"github.com/unitlet/unitlet/shared/kube"
+	"github.com/unitlet/unitlet/shared/kubeapi"
 	"github.com/unitlet/unitlet/shared/liveness"
 	"github.com/unitlet/unitlet/shared/nodeconfig"
 	"github.com/unitlet/unitlet/shared/nodeinfo"
@@ -72,17 +76,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	tokens, forgetTokens := newTokens(client, clk, log)
 	drivers := csi.NewHandler(csi.NewAPINodeInfo(client, node.Name), log.With("component", "csi"))
-	var claims Claims
-	var csiVolumes CSIVolumes
-	if client != nil {
-		claims = apiClaims{client: client, node: node.Name}
-		csiVolumes = csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: node.Name}, RootDir: nc.Paths.GetRootDir(), NodeName: node.Name, Log: log.With("component", "csi")})
+	api, err := newAPIParts(client, restConfig, kc, node.Name, drivers, nc.Paths.GetRootDir(), log)
+	if err != nil {
+		return err
 	}
 	m := NewManager(ManagerOptions{
 		PodsDir:  filepath.Join(nc.Paths.GetRootDir(), "pods"),
 		Payloads: &apiPayloads{client: client, objects: objects{client: client}, tokens: tokens, allocatable: node.Status.Allocatable},
-		Claims:   claims,
-		CSI:      csiVolumes,
+		Claims:   api.claims,
+		CSI:      api.csi,
+		Recorder: api.recorder,
 		Memory:   node.Status.Allocatable.Memory(),
 		Released: forgetTokens,
 		Clock:    clk,
@@ -116,4 +119,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// service with a client made from them.
 	d.Go("credentials", kube.FollowClientCredentials(nc.Paths.GetKubeconfig(), restConfig, log))
 	return d.Run(ctx)
+}
+
+// apiParts are the parts that need the API server: none on a standalone node.
+type apiParts struct {
+	claims   Claims
+	csi      CSIVolumes
+	recorder record.EventRecorder
+}
+
+// newAPIParts reads claims and volumes, mounts CSI volumes through the registered drivers
+// and records pods' volume events, with the node's client (nil: standalone).
+func newAPIParts(client kubeapi.Interface, rc *rest.Config, kc *kubeletv1beta1.KubeletConfiguration, nodeName string, drivers *csi.Handler, rootDir string, log *slog.Logger) (apiParts, error) {
+	if client == nil {
+		return apiParts{}, nil
+	}
+	recorder, err := kube.EventRecorder(rc, kc, nodeName)
+	if err != nil {
+		return apiParts{}, err
+	}
+	return apiParts{
+		claims:   apiClaims{client: client, node: nodeName},
+		csi:      csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: nodeName}, RootDir: rootDir, NodeName: nodeName, Log: log.With("component", "csi")}),
+		recorder: recorder,
+	}, nil
 }

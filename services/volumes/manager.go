@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
@@ -71,6 +72,8 @@ type Manager struct {
 	claims Claims
 	// csi mounts CSI persistent volumes; nil: none are mounted.
 	csi CSIVolumes
+	// recorder, when set, takes the pods' volume events (VolumeConditionAbnormal).
+	recorder record.EventRecorder
 	// memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	memory *resource.Quantity
@@ -88,6 +91,8 @@ type Manager struct {
 	pods map[types.UID]*podVolumes
 	// busy are the set-ups and teardowns under way, by what they do, with their start.
 	busy map[string]time.Time
+	// fresh tells MeasureEvery that volumes were set up that are not measured yet.
+	fresh chan struct{}
 }
 
 // stuckAfter is how long a volume's set-up or teardown may take before the health check
@@ -147,11 +152,15 @@ type volume struct {
 	measured      time.Time
 	// measureErr is the last walk's error, "" after a walk that succeeded.
 	measureErr string
+	// size and condition are what a CSI volume's driver reports (NodeGetVolumeStats); nil
+	// when it reports none.
+	size      *volumesv1.VolumeSize
+	condition *csi.VolumeCondition
 }
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
 func NewManager(o ManagerOptions) *Manager {
-	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, csi: o.CSI, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}}
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, csi: o.CSI, recorder: o.Recorder, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}, fresh: make(chan struct{}, 1)}
 }
 
 // ManagerOptions are what a Manager is built from.
@@ -164,6 +173,8 @@ type ManagerOptions struct {
 	Claims Claims
 	// CSI mounts CSI persistent volumes; nil refuses them.
 	CSI CSIVolumes
+	// Recorder, when set, takes the pods' volume events.
+	Recorder record.EventRecorder
 	// Memory is the node's allocatable memory: the size of a memory emptyDir that sets no
 	// smaller bound.
 	Memory *resource.Quantity
@@ -207,7 +218,16 @@ func (m *Manager) lockPod(uid types.UID) *podVolumes {
 // call again: content is rewritten only when it changed, and a subPath already
 // bind-mounted for a container stays as it is.
 func (m *Manager) Prepare(ctx context.Context, pod *corev1.Pod) ([]*volumesv1.ContainerMounts, error) {
-	return m.prepare(ctx, pod, "")
+	return m.prepare(ctx, pod, "", false)
+}
+
+// Resync is Prepare for the reconcile loop: only for a pod whose volumes this process
+// prepared or has on disk, checked under the pod's lock. A pod released while the round
+// went on (podsync's release comes between the round's list and its turn) is not set up
+// again: its volumes, a CSI volume's stage and publish among them, stay released.
+func (m *Manager) Resync(ctx context.Context, pod *corev1.Pod) error {
+	_, err := m.prepare(ctx, pod, "", true)
+	return err
 }
 
 // PrepareContainer is Prepare for one container about to be started: it returns that
@@ -218,10 +238,10 @@ func (m *Manager) PrepareContainer(ctx context.Context, pod *corev1.Pod, contain
 	if container == "" {
 		return nil, errors.New("container: required")
 	}
-	return m.prepare(ctx, pod, container)
+	return m.prepare(ctx, pod, container, false)
 }
 
-func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string) ([]*volumesv1.ContainerMounts, error) {
+func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string, resync bool) ([]*volumesv1.ContainerMounts, error) {
 	if err := validName("pod uid", string(pod.UID)); err != nil {
 		return nil, err
 	}
@@ -233,6 +253,13 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 	pv := m.lockPod(pod.UID)
 	defer pv.op.Unlock()
 	m.mu.Lock()
+	if resync && pv.pod == nil {
+		if _, onDisk := m.SetUpAt(pod.UID); !onDisk {
+			delete(m.pods, pod.UID) // the entry lockPod made for this call only
+			m.mu.Unlock()
+			return nil, nil
+		}
+	}
 	pv.prepared = m.clk.Now()
 	m.mu.Unlock()
 	vols := map[string]*volume{}
@@ -254,6 +281,7 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 	}
 	m.mu.Lock()
 	pv.pod = pod
+	fresh := false
 	for name, v := range vols {
 		// The same volume set up again (the reconcile loop prepares every pod each
 		// period) stays the object it was: a walk of it under way, which holds it,
@@ -263,8 +291,15 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 			continue
 		}
 		pv.volumes[name] = v
+		fresh = true
 	}
 	m.mu.Unlock()
+	if fresh {
+		select {
+		case m.fresh <- struct{}{}:
+		default: // a measurement of new volumes is already due
+		}
+	}
 	return m.mounts(pod, vols, container)
 }
 
@@ -587,14 +622,18 @@ func (m *Manager) CleanupOrphans(ctx context.Context, known map[types.UID]bool, 
 
 // Measure refreshes every prepared volume's usage. A failed walk keeps the last usage and
 // is logged when its error first appears or changes.
-func (m *Manager) Measure() {
+func (m *Manager) Measure() { m.measure(nil) }
+
+// measure is Measure for the volumes which, when set, picks (called under m.mu).
+func (m *Manager) measure(which func(*volume) bool) {
 	m.mu.Lock()
 	var vols []*volume
 	var uids []types.UID
+	var pods []*corev1.Pod
 	for uid, pv := range m.pods {
 		for _, v := range pv.volumes {
-			if v.plugin != pluginHostPath {
-				vols, uids = append(vols, v), append(uids, uid)
+			if v.plugin != pluginHostPath && (which == nil || which(v)) {
+				vols, uids, pods = append(vols, v), append(uids, uid), append(pods, pv.pod)
 			}
 		}
 	}
@@ -609,6 +648,18 @@ func (m *Manager) Measure() {
 			// reports it, never a walk of what may be a whole disk.
 			measure = fsUsage
 		}
+		var size *volumesv1.VolumeSize
+		var cond *csi.VolumeCondition
+		if v.plugin == csi.PluginName && m.csi != nil {
+			// The driver's own figures and condition, as the kubelet reports a CSI volume's;
+			// a driver that gives none has its file system measured.
+			st, err := m.csi.Stats(context.Background(), v.path)
+			if !errors.Is(err, csi.ErrNoVolumeStats) {
+				size = &volumesv1.VolumeSize{CapacityBytes: st.CapacityBytes, AvailableBytes: st.AvailableBytes, Inodes: st.Inodes, InodesFree: st.InodesFree}
+				cond = st.Condition
+				measure = func(string) (int64, int64, error) { return st.UsedBytes, st.InodesUsed, err }
+			}
+		}
 		b, n, err := measure(v.path)
 		msg := ""
 		if err != nil {
@@ -618,7 +669,13 @@ func (m *Manager) Measure() {
 		if err == nil || errors.Is(err, usage.ErrTooDeep) {
 			// ErrTooDeep comes with what was counted above the depth: a lower bound.
 			v.used, v.inodes, v.measured = b, n, m.clk.Now()
+			v.size = size
 		}
+		turnedAbnormal := err == nil && cond != nil && cond.Abnormal && (v.condition == nil || !v.condition.Abnormal || v.condition.Message != cond.Message)
+		if err == nil {
+			v.condition = cond
+		}
+		pod := pods[i]
 		logErr, recovered := msg != "" && msg != v.measureErr, msg == "" && v.measureErr != ""
 		v.measureErr = msg
 		m.mu.Unlock()
@@ -627,6 +684,10 @@ func (m *Manager) Measure() {
 			m.log.Warn("measure a volume's usage", "pod", uids[i], "volume", v.name, "err", err)
 		case recovered:
 			m.log.Info("measured a volume's usage again", "pod", uids[i], "volume", v.name)
+		}
+		if turnedAbnormal && m.recorder != nil && pod != nil {
+			// As the kubelet's volume stats: a Warning on the pod naming the volume.
+			m.recorder.Event(pod, corev1.EventTypeWarning, "VolumeConditionAbnormal", fmt.Sprintf("Volume %s: %s", v.name, cond.Message))
 		}
 	}
 }

@@ -327,3 +327,33 @@ func TestEphemeralContainersGetTheirMounts(t *testing.T) {
 		t.Errorf("a subPath was bind-mounted for an ephemeral container: %v", err)
 	}
 }
+
+// A reconcile round's resync of a pod released after the round listed it does not set its
+// volumes up again; a pod with volumes on disk (after a restart) is set up.
+func TestResyncAfterReleaseSetsNothingUp(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, &fakePayloads{})
+	pod := testPod("r1", []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}, nil)
+	if _, err := m.Prepare(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resync(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, onDisk := m.SetUpAt(pod.UID); onDisk || m.Prepared(pod.UID) {
+		t.Errorf("a released pod's resync set its volumes up again (on disk %v, prepared %v)", onDisk, m.Prepared(pod.UID))
+	}
+	// Volumes on disk that this process did not prepare (a restart): resynced.
+	if err := os.MkdirAll(filepath.Join(m.podsDir, "r1", "volumes"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resync(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Prepared(pod.UID) {
+		t.Error("a pod with volumes on disk was not resynced")
+	}
+}

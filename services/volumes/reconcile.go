@@ -125,7 +125,7 @@ func (r *reconciler) once(ctx context.Context) {
 			continue
 		}
 		pod.UID = uid
-		if _, err := r.m.Prepare(cctx, pod); err != nil {
+		if err := r.m.Resync(cctx, pod); err != nil {
 			r.log.Warn("update volumes", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		}
 	}

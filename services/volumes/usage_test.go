@@ -115,3 +115,40 @@ func TestAFailedWalkIsLoggedOnceAndKeepsTheLastUsage(t *testing.T) {
 		t.Errorf("no word that the walks succeed again:\n%s", logs.String())
 	}
 }
+
+// A volume set up between two periods is measured within freshDelay, not at the next
+// period; the volumes measured already are not walked again for it.
+func TestNewVolumesAreMeasuredSoon(t *testing.T) {
+	m, clk := newTestManager(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.MeasureEvery(ctx, time.Hour) }()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	pod := testPod("uid-fresh", []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}, nil)
+	if _, err := m.Prepare(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	measured := func() bool {
+		for _, v := range m.List() {
+			if v.GetMeasureTime() != nil {
+				return true
+			}
+		}
+		return false
+	}
+	// At most 20 steps: 40 s of the clock, far from the hour's period.
+	for i := 0; i < 20 && !measured(); i++ {
+		clk.Step(freshDelay)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !measured() {
+		t.Fatal("a new volume was not measured within freshDelay steps of the clock")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -26,6 +26,16 @@ type Volume struct {
 	InodesUsed uint64
 	// Measured is when the usage was measured; zero: not yet.
 	Measured time.Time
+	// Size is the volume's capacity as its CSI driver reports it; nil: the file system's
+	// at Path.
+	Size *VolumeSize
+	// Abnormal is the CSI driver's word on the volume's health; nil when it gives none.
+	Abnormal *bool
+}
+
+// VolumeSize is a volume's capacity in bytes and inodes.
+type VolumeSize struct {
+	CapacityBytes, AvailableBytes, Inodes, InodesFree uint64
 }
 
 // The plugins whose volumes the kubelet gives no stats for (hostPath has no metrics), and
@@ -66,6 +76,9 @@ func (p *Provider) podVolumes(ctx context.Context) (map[string][]statsv1alpha1.V
 			continue
 		}
 		e := entry{stats: statsv1alpha1.VolumeStats{Name: v.Name, FsStats: volumeFs(v)}, ephemeral: slices.Contains(ephemeralPlugins, v.Plugin)}
+		if v.Abnormal != nil {
+			e.stats.VolumeHealthStats = &statsv1alpha1.VolumeHealthStats{Abnormal: *v.Abnormal}
+		}
 		if pod, ok := specs[v.PodUID]; ok {
 			if i := slices.IndexFunc(pod.Spec.Volumes, func(sv corev1.Volume) bool { return sv.Name == v.Name }); i >= 0 {
 				e.stats.PVCRef, e.ephemeral = volumeClaim(pod, &pod.Spec.Volumes[i]), localEphemeral(&pod.Spec.Volumes[i])
@@ -98,11 +111,16 @@ func (p *Provider) podVolumes(ctx context.Context) (map[string][]statsv1alpha1.V
 	return out, usage, nil
 }
 
-// volumeFs is a volume's usage with the size of the filesystem it is on, when its
-// directory is visible here.
+// volumeFs is a volume's usage with its size: its CSI driver's figures when it gives them,
+// else the size of the filesystem it is on, when its directory is visible here.
 func volumeFs(v Volume) statsv1alpha1.FsStats {
 	used, inodes := v.UsedBytes, v.InodesUsed
 	s := statsv1alpha1.FsStats{Time: metav1.NewTime(v.Measured), UsedBytes: &used, InodesUsed: &inodes}
+	if z := v.Size; z != nil {
+		capacity, available, total, free := z.CapacityBytes, z.AvailableBytes, z.Inodes, z.InodesFree
+		s.CapacityBytes, s.AvailableBytes, s.Inodes, s.InodesFree = &capacity, &available, &total, &free
+		return s
+	}
 	if v.Path != "" {
 		if fs, err := fsStats(v.Path, v.Measured); err == nil {
 			s.AvailableBytes, s.CapacityBytes, s.Inodes, s.InodesFree = fs.AvailableBytes, fs.CapacityBytes, fs.Inodes, fs.InodesFree

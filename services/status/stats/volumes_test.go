@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -71,5 +73,57 @@ func TestSummaryPodVolumes(t *testing.T) {
 	}
 	if _, err := p.Summary(context.Background(), true); err != nil {
 		t.Errorf("only_cpu_and_memory read the volumes: %v", err)
+	}
+}
+
+// A CSI volume whose driver reports its size and condition: the summary has the driver's
+// figures and the volume's health, and kubelet_volume_stats_* have them per claim, once.
+func TestCSIVolumeStatsAndTheirMetrics(t *testing.T) {
+	h := newHost(t, false)
+	rt := cluster()
+	rt.imageFs = imageFs(h.root)
+	abnormal := true
+	vols := []Volume{
+		{PodUID: "uid-web", Name: "data", Plugin: "kubernetes.io/csi", Path: h.root, UsedBytes: 3 << 20, InodesUsed: 11, Measured: t0,
+			Size: &VolumeSize{CapacityBytes: 32 << 20, AvailableBytes: 29 << 20, Inodes: 8192, InodesFree: 8181}, Abnormal: &abnormal},
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-web"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "web-data"}}},
+	}}}
+	p := New(Options{Runtime: rt, NodeName: "node-a", RootDir: h.root, CgroupRoot: h.cgroup, ProcRoot: h.proc, PodLogsDir: h.root, Clock: clocktesting.NewFakeClock(t0),
+		Volumes: func(context.Context) ([]Volume, error) { return vols, nil },
+		Pods:    func(context.Context) ([]*corev1.Pod, error) { return []*corev1.Pod{pod}, nil }})
+	c := NewCache(p, DefaultCollectPeriod)
+	c.collect(context.Background())
+	s, err := c.latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.Pods[0].VolumeStats[0]
+	u64(t, "capacity", v.CapacityBytes, 32<<20)
+	u64(t, "available", v.AvailableBytes, 29<<20)
+	u64(t, "inodes", v.Inodes, 8192)
+	u64(t, "inodes free", v.InodesFree, 8181)
+	if v.VolumeHealthStats == nil || !v.VolumeHealthStats.Abnormal {
+		t.Errorf("volume health = %+v, want abnormal", v.VolumeHealthStats)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.VolumeStatsCollector())
+	want := `
+# HELP kubelet_volume_stats_capacity_bytes Capacity in bytes of the volume
+# TYPE kubelet_volume_stats_capacity_bytes gauge
+kubelet_volume_stats_capacity_bytes{namespace="default",persistentvolumeclaim="web-data"} 3.3554432e+07
+# HELP kubelet_volume_stats_health_status_abnormal Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy
+# TYPE kubelet_volume_stats_health_status_abnormal gauge
+kubelet_volume_stats_health_status_abnormal{namespace="default",persistentvolumeclaim="web-data"} 1
+# HELP kubelet_volume_stats_inodes_used Number of used inodes in the volume
+# TYPE kubelet_volume_stats_inodes_used gauge
+kubelet_volume_stats_inodes_used{namespace="default",persistentvolumeclaim="web-data"} 11
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_volume_stats_capacity_bytes", "kubelet_volume_stats_health_status_abnormal", "kubelet_volume_stats_inodes_used"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 7 {
+		t.Errorf("%d series (%v), want the 7 kubelet_volume_stats_* of the one claim", n, err)
 	}
 }

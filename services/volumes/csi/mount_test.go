@@ -29,6 +29,8 @@ import (
 type fakeNode struct {
 	csipb.UnimplementedNodeServer
 	stage bool
+	// stats: the driver has GET_VOLUME_STATS and VOLUME_CONDITION.
+	stats bool
 	mu    sync.Mutex
 	calls []string
 	// publishContext is the last publish's.
@@ -51,8 +53,15 @@ func (f *fakeNode) take() []string {
 
 func (f *fakeNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
 	res := &csipb.NodeGetCapabilitiesResponse{}
+	add := func(t csipb.NodeServiceCapability_RPC_Type) {
+		res.Capabilities = append(res.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}}})
+	}
 	if f.stage {
-		res.Capabilities = []*csipb.NodeServiceCapability{{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}}}
+		add(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	}
+	if f.stats {
+		add(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS)
+		add(csipb.NodeServiceCapability_RPC_VOLUME_CONDITION)
 	}
 	return res, nil
 }
@@ -294,5 +303,45 @@ func TestCSIRefusals(t *testing.T) {
 				t.Errorf("calls %q, want no publish", got)
 			}
 		})
+	}
+}
+
+func (f *fakeNode) NodeGetVolumeStats(_ context.Context, r *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	f.record("stats " + r.GetVolumeId() + " staged at " + filepath.Base(r.GetStagingTargetPath()))
+	return &csipb.NodeGetVolumeStatsResponse{
+		Usage: []*csipb.VolumeUsage{
+			{Unit: csipb.VolumeUsage_BYTES, Total: 100, Available: 60, Used: 40},
+			{Unit: csipb.VolumeUsage_INODES, Total: 10, Available: 7, Used: 3},
+		},
+		VolumeCondition: &csipb.VolumeCondition{Abnormal: true, Message: "bad sectors"},
+	}, nil
+}
+
+// NodeGetVolumeStats: the driver's usage and condition, asked with the volume's path and
+// staging path; a driver without GET_VOLUME_STATS says so (ErrNoVolumeStats).
+func TestVolumeStatsFromTheDriver(t *testing.T) {
+	ctx := context.Background()
+	m, node, _, root := newTestMounter(t, true)
+	p := publication(root, "a", testPV("v1"))
+	target, err := m.SetUp(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Stats(ctx, target); !errors.Is(err, ErrNoVolumeStats) {
+		t.Fatalf("stats from a driver without GET_VOLUME_STATS: %v, want ErrNoVolumeStats", err)
+	}
+	node.stats = true
+	node.take()
+	st, err := m.Stats(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := VolumeStats{UsedBytes: 40, CapacityBytes: 100, AvailableBytes: 60, Inodes: 10, InodesFree: 7, InodesUsed: 3, Condition: &VolumeCondition{Abnormal: true, Message: "bad sectors"}}
+	if st.UsedBytes != want.UsedBytes || st.CapacityBytes != want.CapacityBytes || st.AvailableBytes != want.AvailableBytes ||
+		st.Inodes != want.Inodes || st.InodesFree != want.InodesFree || st.InodesUsed != want.InodesUsed || st.Condition == nil || *st.Condition != *want.Condition {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	if got := node.take(); !slices.Equal(got, []string{"stats v1 staged at globalmount"}) {
+		t.Errorf("calls %q, want NodeGetVolumeStats with the staging path", got)
 	}
 }

@@ -525,7 +525,12 @@ type Volume struct {
 	UsedBytes  int64  `protobuf:"varint,7,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	InodesUsed int64  `protobuf:"varint,8,opt,name=inodes_used,json=inodesUsed,proto3" json:"inodes_used,omitempty"`
 	// When the usage was measured.
-	MeasureTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=measure_time,json=measureTime,proto3" json:"measure_time,omitempty"`
+	MeasureTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=measure_time,json=measureTime,proto3" json:"measure_time,omitempty"`
+	// The volume's size as its CSI driver reports it (NodeGetVolumeStats), when it does;
+	// unset, the reader takes the size of the file system at path.
+	Size *VolumeSize `protobuf:"bytes,10,opt,name=size,proto3" json:"size,omitempty"`
+	// The volume's condition as its CSI driver reports it (VOLUME_CONDITION), when it does.
+	Condition     *VolumeCondition `protobuf:"bytes,11,opt,name=condition,proto3" json:"condition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -623,6 +628,142 @@ func (x *Volume) GetMeasureTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Volume) GetSize() *VolumeSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *Volume) GetCondition() *VolumeCondition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+// VolumeSize is a volume's capacity, in bytes and inodes.
+type VolumeSize struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CapacityBytes  int64                  `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	AvailableBytes int64                  `protobuf:"varint,2,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	Inodes         int64                  `protobuf:"varint,3,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	InodesFree     int64                  `protobuf:"varint,4,opt,name=inodes_free,json=inodesFree,proto3" json:"inodes_free,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *VolumeSize) Reset() {
+	*x = VolumeSize{}
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSize) ProtoMessage() {}
+
+func (x *VolumeSize) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSize.ProtoReflect.Descriptor instead.
+func (*VolumeSize) Descriptor() ([]byte, []int) {
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *VolumeSize) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeSize) GetAvailableBytes() int64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+func (x *VolumeSize) GetInodes() int64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return 0
+}
+
+func (x *VolumeSize) GetInodesFree() int64 {
+	if x != nil {
+		return x.InodesFree
+	}
+	return 0
+}
+
+// VolumeCondition is whether a volume is healthy, as its CSI driver says.
+type VolumeCondition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Abnormal      bool                   `protobuf:"varint,1,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeCondition) Reset() {
+	*x = VolumeCondition{}
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeCondition) ProtoMessage() {}
+
+func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
+func (*VolumeCondition) Descriptor() ([]byte, []int) {
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VolumeCondition) GetAbnormal() bool {
+	if x != nil {
+		return x.Abnormal
+	}
+	return false
+}
+
+func (x *VolumeCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_unitlet_volumes_v1_volumes_proto protoreflect.FileDescriptor
 
 const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
@@ -653,7 +794,7 @@ const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"\x13ListVolumesResponse\x124\n" +
 	"\avolumes\x18\x01 \x03(\v2\x1a.unitlet.volumes.v1.VolumeR\avolumes\x12$\n" +
 	"\x0evolumes_in_use\x18\x02 \x03(\tR\fvolumesInUse\x12/\n" +
-	"\x14volumes_in_use_known\x18\x03 \x01(\bR\x11volumesInUseKnown\"\x99\x02\n" +
+	"\x14volumes_in_use_known\x18\x03 \x01(\bR\x11volumesInUseKnown\"\x90\x03\n" +
 	"\x06Volume\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x19\n" +
@@ -665,7 +806,20 @@ const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"used_bytes\x18\a \x01(\x03R\tusedBytes\x12\x1f\n" +
 	"\vinodes_used\x18\b \x01(\x03R\n" +
 	"inodesUsed\x12=\n" +
-	"\fmeasure_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vmeasureTime*\xa2\x01\n" +
+	"\fmeasure_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vmeasureTime\x122\n" +
+	"\x04size\x18\n" +
+	" \x01(\v2\x1e.unitlet.volumes.v1.VolumeSizeR\x04size\x12A\n" +
+	"\tcondition\x18\v \x01(\v2#.unitlet.volumes.v1.VolumeConditionR\tcondition\"\x95\x01\n" +
+	"\n" +
+	"VolumeSize\x12%\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12'\n" +
+	"\x0favailable_bytes\x18\x02 \x01(\x03R\x0eavailableBytes\x12\x16\n" +
+	"\x06inodes\x18\x03 \x01(\x03R\x06inodes\x12\x1f\n" +
+	"\vinodes_free\x18\x04 \x01(\x03R\n" +
+	"inodesFree\"G\n" +
+	"\x0fVolumeCondition\x12\x1a\n" +
+	"\babnormal\x18\x01 \x01(\bR\babnormal\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\xa2\x01\n" +
 	"\x10MountPropagation\x12!\n" +
 	"\x1dMOUNT_PROPAGATION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19MOUNT_PROPAGATION_PRIVATE\x10\x01\x12'\n" +
@@ -689,7 +843,7 @@ func file_unitlet_volumes_v1_volumes_proto_rawDescGZIP() []byte {
 }
 
 var file_unitlet_volumes_v1_volumes_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_volumes_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_unitlet_volumes_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_unitlet_volumes_v1_volumes_proto_goTypes = []any{
 	(MountPropagation)(0),          // 0: unitlet.volumes.v1.MountPropagation
 	(*PrepareVolumesRequest)(nil),  // 1: unitlet.volumes.v1.PrepareVolumesRequest
@@ -701,25 +855,29 @@ var file_unitlet_volumes_v1_volumes_proto_goTypes = []any{
 	(*ListVolumesRequest)(nil),     // 7: unitlet.volumes.v1.ListVolumesRequest
 	(*ListVolumesResponse)(nil),    // 8: unitlet.volumes.v1.ListVolumesResponse
 	(*Volume)(nil),                 // 9: unitlet.volumes.v1.Volume
-	(*timestamppb.Timestamp)(nil),  // 10: google.protobuf.Timestamp
+	(*VolumeSize)(nil),             // 10: unitlet.volumes.v1.VolumeSize
+	(*VolumeCondition)(nil),        // 11: unitlet.volumes.v1.VolumeCondition
+	(*timestamppb.Timestamp)(nil),  // 12: google.protobuf.Timestamp
 }
 var file_unitlet_volumes_v1_volumes_proto_depIdxs = []int32{
 	3,  // 0: unitlet.volumes.v1.PrepareVolumesResponse.containers:type_name -> unitlet.volumes.v1.ContainerMounts
 	4,  // 1: unitlet.volumes.v1.ContainerMounts.mounts:type_name -> unitlet.volumes.v1.Mount
 	0,  // 2: unitlet.volumes.v1.Mount.propagation:type_name -> unitlet.volumes.v1.MountPropagation
 	9,  // 3: unitlet.volumes.v1.ListVolumesResponse.volumes:type_name -> unitlet.volumes.v1.Volume
-	10, // 4: unitlet.volumes.v1.Volume.measure_time:type_name -> google.protobuf.Timestamp
-	1,  // 5: unitlet.volumes.v1.VolumesService.PrepareVolumes:input_type -> unitlet.volumes.v1.PrepareVolumesRequest
-	5,  // 6: unitlet.volumes.v1.VolumesService.ReleaseVolumes:input_type -> unitlet.volumes.v1.ReleaseVolumesRequest
-	7,  // 7: unitlet.volumes.v1.VolumesService.ListVolumes:input_type -> unitlet.volumes.v1.ListVolumesRequest
-	2,  // 8: unitlet.volumes.v1.VolumesService.PrepareVolumes:output_type -> unitlet.volumes.v1.PrepareVolumesResponse
-	6,  // 9: unitlet.volumes.v1.VolumesService.ReleaseVolumes:output_type -> unitlet.volumes.v1.ReleaseVolumesResponse
-	8,  // 10: unitlet.volumes.v1.VolumesService.ListVolumes:output_type -> unitlet.volumes.v1.ListVolumesResponse
-	8,  // [8:11] is the sub-list for method output_type
-	5,  // [5:8] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	12, // 4: unitlet.volumes.v1.Volume.measure_time:type_name -> google.protobuf.Timestamp
+	10, // 5: unitlet.volumes.v1.Volume.size:type_name -> unitlet.volumes.v1.VolumeSize
+	11, // 6: unitlet.volumes.v1.Volume.condition:type_name -> unitlet.volumes.v1.VolumeCondition
+	1,  // 7: unitlet.volumes.v1.VolumesService.PrepareVolumes:input_type -> unitlet.volumes.v1.PrepareVolumesRequest
+	5,  // 8: unitlet.volumes.v1.VolumesService.ReleaseVolumes:input_type -> unitlet.volumes.v1.ReleaseVolumesRequest
+	7,  // 9: unitlet.volumes.v1.VolumesService.ListVolumes:input_type -> unitlet.volumes.v1.ListVolumesRequest
+	2,  // 10: unitlet.volumes.v1.VolumesService.PrepareVolumes:output_type -> unitlet.volumes.v1.PrepareVolumesResponse
+	6,  // 11: unitlet.volumes.v1.VolumesService.ReleaseVolumes:output_type -> unitlet.volumes.v1.ReleaseVolumesResponse
+	8,  // 12: unitlet.volumes.v1.VolumesService.ListVolumes:output_type -> unitlet.volumes.v1.ListVolumesResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_volumes_v1_volumes_proto_init() }
@@ -733,7 +891,7 @@ func file_unitlet_volumes_v1_volumes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_volumes_v1_volumes_proto_rawDesc), len(file_unitlet_volumes_v1_volumes_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,87 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// statsTimeout bounds a NodeGetVolumeStats: the usage loop measures volume after volume,
+// and a hung driver must not hold it for a call's whole two minutes.
+const statsTimeout = 10 * time.Second
+
+// ErrNoVolumeStats is a driver without the GET_VOLUME_STATS capability: the kubelet then
+// reports no usage for its volumes; unitlet measures their file system instead.
+var ErrNoVolumeStats = errors.New("the driver does not report volume stats (no GET_VOLUME_STATS capability)")
+
+// VolumeStats is a CSI volume's usage and condition, as its driver reports them.
+type VolumeStats struct {
+	UsedBytes, CapacityBytes, AvailableBytes int64
+	Inodes, InodesFree, InodesUsed           int64
+	// Condition is the driver's word on the volume's health (VOLUME_CONDITION); nil when
+	// it gives none.
+	Condition *VolumeCondition
+}
+
+// VolumeCondition is a volume's health as its driver says.
+type VolumeCondition struct {
+	Abnormal bool
+	Message  string
+}
+
+// Stats asks the driver of the volume published at target (a pod's .../mount) for its
+// usage and condition (NodeGetVolumeStats), as the kubelet's CSI metrics provider does.
+func (m *Mounter) Stats(ctx context.Context, target string) (VolumeStats, error) {
+	rec, err := readVolData(filepath.Dir(target))
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	drv, err := m.drivers.Driver(rec.DriverName)
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
+		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	})
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
+		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
+	}
+	if !has(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS) {
+		return VolumeStats{}, ErrNoVolumeStats
+	}
+	req := &csipb.NodeGetVolumeStatsRequest{VolumeId: rec.VolumeHandle, VolumePath: target}
+	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) && rec.VolumeLifecycleMode != "Ephemeral" {
+		req.StagingTargetPath = m.StagingPath(rec.DriverName, rec.VolumeHandle)
+	}
+	res, err := call(ctx, drv, "NodeGetVolumeStats", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetVolumeStatsResponse, error) {
+		return c.NodeGetVolumeStats(ctx, req)
+	})
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	var out VolumeStats
+	for _, u := range res.GetUsage() {
+		switch u.GetUnit() {
+		case csipb.VolumeUsage_BYTES:
+			out.UsedBytes, out.CapacityBytes, out.AvailableBytes = u.GetUsed(), u.GetTotal(), u.GetAvailable()
+		case csipb.VolumeUsage_INODES:
+			out.InodesUsed, out.Inodes, out.InodesFree = u.GetUsed(), u.GetTotal(), u.GetAvailable()
+		default:
+			return VolumeStats{}, fmt.Errorf("CSI driver %s: NodeGetVolumeStats: unknown usage unit %v", drv.Name, u.GetUnit())
+		}
+	}
+	if c := res.GetVolumeCondition(); c != nil && has(csipb.NodeServiceCapability_RPC_VOLUME_CONDITION) {
+		out.Condition = &VolumeCondition{Abnormal: c.GetAbnormal(), Message: c.GetMessage()}
+	}
+	return out, nil
+}
