@@ -7,6 +7,7 @@ package csidriver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,9 @@ type Options struct {
 	// bind-mounts that at the target. Without it NodePublishVolume bind-mounts the
 	// volume's directory.
 	Stage bool
+	// CallLog, when set, is a file each call is appended to (a JSON line), for a driver
+	// run as its own process (StartProcess).
+	CallLog string
 }
 
 // Driver is a running test driver.
@@ -65,7 +69,8 @@ type Call struct {
 	Method, VolumeID, Target, Staging string
 	ReadOnly                          bool
 	VolumeContext, PublishContext     map[string]string
-	Capability                        *csipb.VolumeCapability
+	// Capability is left out of the call log (a oneof JSON cannot read back).
+	Capability *csipb.VolumeCapability `json:"-"`
 }
 
 // Start serves the driver's CSI socket, then its registration socket (as
@@ -158,8 +163,15 @@ func (d *Driver) record(method string) { d.recordCall(Call{Method: method}) }
 
 func (d *Driver) recordCall(c Call) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.calls = append(d.calls, c)
-	d.mu.Unlock()
+	if d.o.CallLog != "" && c.Method != "NodeGetInfo" && c.Method != "NodeGetCapabilities" {
+		b, _ := json.Marshal(c)
+		if f, err := os.OpenFile(d.o.CallLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			_, _ = f.Write(append(b, '\n'))
+			_ = f.Close()
+		}
+	}
 }
 
 type registration struct {

@@ -24,12 +24,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/unitlet/unitlet/integration"
+	"github.com/unitlet/unitlet/integration/csidriver"
 	"github.com/unitlet/unitlet/integration/harness"
 )
 
 var stack *harness.Harness
 
 func TestMain(m *testing.M) {
+	// The CSI test driver, when a test started this binary as its process.
+	if csidriver.RunIfAsked() {
+		return
+	}
 	repo, err := integration.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

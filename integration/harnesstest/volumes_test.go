@@ -2,20 +2,26 @@ package harnesstest
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
+
+	"github.com/unitlet/unitlet/integration/csidriver"
 )
 
 // inPod runs a command in a pod's container through kubectl exec (the API server, the node
@@ -288,14 +294,33 @@ func mountsOf(uids map[string]bool) map[string]int {
 }
 
 // TestVolumesSIGKILLDuringChurnLosesNothing: 30 pods with a secret, an emptyDir and a
-// claim on a local PV each; unitlet-volumes SIGKILLed while it prepares them and again
-// with all running: every pod runs, each local volume mounted once, nothing lost; all
-// unmounted once the pods go, the local volumes' files kept.
+// claim on a local PV each, the first 20 also a claim on a CSI PV of the harness's staging
+// test driver (an ext4 image on a loop device each), the driver run as its own process;
+// unitlet-volumes and the driver SIGKILLed while unitlet-volumes prepares them, and both
+// again with all running: every pod runs, each local volume mounted once, each CSI volume
+// staged once and published once, nothing lost; all unmounted (and unstaged, no loop
+// device left) once the pods go, the local volumes' files kept.
 func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	// Serial: SIGKILLs unitlet-volumes.
-	const n = 30
+	const n, withCSI = 30, 20
 	waitNodeReady(t, 90*time.Second)
 	c := admin(t)
+	root := stack.NodeRootDir(podsyncNode)
+	const driver = "chn.csi.unitlet.test"
+	csiState := t.TempDir()
+	drv, err := csidriver.StartProcess(csidriver.Options{
+		Name: driver, RegistrationDir: filepath.Join(root, "plugins_registry"), Endpoint: filepath.Join(root, "plugins", driver, "csi.sock"),
+		NodeID: "unitlet-" + podsyncNode, StateDir: csiState, Stage: true, CallLog: filepath.Join(csiState, "calls.jsonl"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)}}, c.StorageV1().CSIDrivers().Delete, driver)
+	stagingOf := func(i int) string {
+		return filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, fmt.Sprintf("%x", sha256.Sum256([]byte(fmt.Sprintf("churn-%02d", i)))), "globalmount")
+	}
 	secrets := c.CoreV1().Secrets("default")
 	createObject(t, secrets.Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "churn"}, Data: map[string][]byte{"k": []byte("v")}}, secrets.Delete, "churn")
 	var names []string
@@ -326,6 +351,17 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 			{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}},
 		}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "sec", MountPath: "/sec"}, {Name: "scratch", MountPath: "/scratch"}, {Name: "disk", MountPath: "/disk"}}
+		if i < withCSI {
+			createObject(t, pvs.Create, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-csi-" + name}, Spec: corev1.PersistentVolumeSpec{
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: name, FSType: "ext4"}},
+				AccessModes:            rwo, Capacity: size, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			}}, pvs.Delete, "pv-csi-"+name)
+			createObject(t, pvcs.Create, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "csi-" + name}, Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: ptr.To(""), VolumeName: "pv-csi-" + name, AccessModes: rwo, Resources: corev1.VolumeResourceRequirements{Requests: size},
+			}}, pvcs.Delete, "csi-"+name)
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "csi", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "csi-" + name}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "csi", MountPath: "/csi"})
+		}
 		if _, err := c.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -338,6 +374,9 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	})
 	time.Sleep(1500 * time.Millisecond) // in the middle of preparing them
 	sigkill(t, "volumes")
+	if err := drv.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	restartServices(t)
 
 	uids := map[string]bool{}
@@ -383,6 +422,14 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 				failed = true
 				t.Errorf("%s: %s's local volume is mounted %d times at %s, want once", when, name, k, at)
 			}
+			if i := slices.Index(names, name); i < withCSI {
+				// Staged once for the node, published once for the pod.
+				target := filepath.Join(root, "pods", string(p.UID), "volumes", "kubernetes.io~csi", "pv-csi-"+name, "mount")
+				if k, ks := strings.Count(table, " "+target+" "), strings.Count(table, " "+stagingOf(i)+" "); k != 1 || ks != 1 {
+					failed = true
+					t.Errorf("%s: %s's CSI volume is published %d times and staged %d times, want once each", when, name, k, ks)
+				}
+			}
 		}
 		if failed {
 			t.Logf("the services' logs:\n%s", stack.Logs(80))
@@ -390,8 +437,11 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	}
 	check("after a SIGKILL while preparing")
 	// Killed again with everything running: on its restart it unmounts and deletes nothing.
-	mustInPod(t, names[0], "sh", "-c", "echo kept >/scratch/f && echo kept >/disk/f")
+	mustInPod(t, names[0], "sh", "-c", "echo kept >/scratch/f && echo kept >/disk/f && echo kept >/csi/f")
 	sigkill(t, "volumes")
+	if err := drv.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	restartServices(t)
 	time.Sleep(5 * time.Second) // its reconcile at start
 	check("after a SIGKILL with every pod running")
@@ -401,14 +451,37 @@ func TestVolumesSIGKILLDuringChurnLosesNothing(t *testing.T) {
 	if out := strings.TrimSpace(mustInPod(t, names[0], "cat", "/disk/f")); out != "kept" {
 		t.Errorf("the local volume lost its file across the restart: %q", out)
 	}
+	if out := strings.TrimSpace(mustInPod(t, names[0], "cat", "/csi/f")); out != "kept" {
+		t.Errorf("the CSI volume lost its file across the restarts: %q", out)
+	}
 	// Deleted: every pod's volumes are released.
 	for _, name := range names {
 		_ = c.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	}
-	stack.WaitFor(t, 2*time.Minute, "every pod's tmpfs and local volume unmounted", func(ctx context.Context) (bool, string) {
+	stack.WaitFor(t, 2*time.Minute, "every pod's tmpfs, local and CSI volume unmounted, the CSI volumes unstaged", func(ctx context.Context) (bool, string) {
 		m := mountsOf(uids)
-		return len(m) == 0, fmt.Sprintf("%d pods still have mounts", len(m))
+		staged := strings.Count(mountTable(t), "/"+driver+"/")
+		return len(m) == 0 && staged == 0, fmt.Sprintf("%d pods still have mounts, %d staging mounts left", len(m), staged)
 	})
+	for i := 0; i < withCSI; i++ {
+		img := filepath.Join(csiState, fmt.Sprintf("churn-%02d.img", i))
+		if out, err := exec.Command("losetup", "-j", img).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("loop devices left on %s: %s %v", img, out, err)
+		}
+	}
+	calls, err := drv.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]string{}
+	for _, call := range calls {
+		last[call.VolumeID] = call.Method
+	}
+	for i := 0; i < withCSI; i++ {
+		if h := fmt.Sprintf("churn-%02d", i); last[h] != "NodeUnstageVolume" {
+			t.Errorf("the driver's last call for %s: %q, want NodeUnstageVolume", h, last[h])
+		}
+	}
 	if b, err := os.ReadFile(filepath.Join(disks, names[0], "f")); err != nil || strings.TrimSpace(string(b)) != "kept" {
 		t.Errorf("%s's local volume after the pod went: %q %v, want its file kept", names[0], b, err)
 	}
