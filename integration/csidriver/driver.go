@@ -80,6 +80,7 @@ func Start(o Options) (*Driver, error) {
 	csiServer := grpc.NewServer()
 	csipb.RegisterIdentityServer(csiServer, identity{d})
 	csipb.RegisterNodeServer(csiServer, &node{d: d})
+	csipb.RegisterControllerServer(csiServer, &controller{d: d})
 	if err := d.serve(csiServer, o.Endpoint); err != nil {
 		return nil, err
 	}
@@ -199,7 +200,9 @@ func (i identity) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*
 
 func (i identity) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
 	i.d.record("GetPluginCapabilities")
-	return &csipb.GetPluginCapabilitiesResponse{}, nil
+	return &csipb.GetPluginCapabilitiesResponse{Capabilities: []*csipb.PluginCapability{{
+		Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE}},
+	}}}, nil
 }
 
 func (i identity) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {

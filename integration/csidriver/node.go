@@ -68,6 +68,12 @@ func (n *node) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequ
 	if staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging_target_path: required")
 	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability: required")
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 	if mounted, err := mountinfo.Mounted(staging); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	} else if mounted {
@@ -118,6 +124,9 @@ func makeImage(img string) error {
 func (n *node) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	n.d.recordCall(Call{Method: "NodeUnstageVolume", VolumeID: req.GetVolumeId(), Staging: req.GetStagingTargetPath()})
 	staging := req.GetStagingTargetPath()
+	if req.GetVolumeId() == "" || staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path: required")
+	}
 	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(staging))
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -144,6 +153,9 @@ func (n *node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolume
 	target := req.GetTargetPath()
 	if target == "" {
 		return nil, status.Error(codes.InvalidArgument, "target_path: required")
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability: required")
 	}
 	src := filepath.Join(n.d.o.StateDir, req.GetVolumeId())
 	if n.d.o.Stage {
@@ -177,6 +189,9 @@ func (n *node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolume
 func (n *node) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	n.d.recordCall(Call{Method: "NodeUnpublishVolume", VolumeID: req.GetVolumeId(), Target: req.GetTargetPath()})
 	target := req.GetTargetPath()
+	if req.GetVolumeId() == "" || target == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and target_path: required")
+	}
 	for {
 		mounted, err := mountinfo.Mounted(target)
 		if errors.Is(err, os.ErrNotExist) {
@@ -201,6 +216,12 @@ func (n *node) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVo
 // NodeGetVolumeStats reports the file system at the volume's path, and the condition
 // SetCondition gave the volume (healthy by default).
 func (n *node) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" || req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_path: required")
+	}
+	if validHandle(req.GetVolumeId()) != nil || !n.d.exists(req.GetVolumeId()) {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(req.GetVolumePath(), &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
