@@ -317,12 +317,17 @@ bench-eviction: build harness-binaries deb
 	@echo; sed -n '/^== eviction on a memory crossing/,/^unitlet-eviction:/p' $(CACHE)/bench-eviction.log; sed -n '/^== unitlet-eviction at 100 pods/,+1p' $(CACHE)/bench-eviction.log
 
 ## bench-volumes: PrepareVolumes over the bus on the harness's node for a pod with 5
-## configMap/secret/projected volumes, one pod alone and 30 at once: p50 and p99 in ms
+## configMap/secret/projected volumes, one pod alone and 30 at once: p50 and p99 in ms; then
+## 30 PVC pods created at once (local-path claims, then claims on CSI PVs of the harness's
+## test driver) on unitlet and on the real kubelet of the bench-pods stack, in turns
+## (BENCH_ROUNDS): create → running p50/p99 and the unitlet/kubelet ratios (target ≤ 0.8)
 bench-volumes: build harness-binaries
 	@mkdir -p $(CACHE)
 	UNITLET_BIN_DIR=$(BIN) $(GO) test -run='^$$' -bench=BenchmarkVolumesPrepare -benchtime=5x -count=1 -timeout=30m ./integration/harnesstest/ | tee $(CACHE)/bench-volumes.log
+	UNITLET_BIN_DIR=$(BIN) UNITLET_BENCH_ROUNDS=$(BENCH_ROUNDS) UNITLET_STACK=$(CURDIR)/integration/stacks/bench-pods.yaml $(GO) test -run='^$$' -bench=BenchmarkPVCPodsVsKubelet -benchtime=1x -count=1 -timeout=90m ./integration/harnesstest/ | tee $(CACHE)/bench-pvc.log
 	@echo; echo "PrepareVolumes, 5 volumes per pod:"; \
 	awk '/^BenchmarkVolumesPrepare/ { line=$$1; for (i=3; i<NF; i+=2) line=line "  " $$(i+1) "=" $$i; print "  " line }' $(CACHE)/bench-volumes.log
+	@echo; sed -n '/^== PVC pods vs kubelet/,/^unitlet\/kubelet PVC pod start ratio/p' $(CACHE)/bench-pvc.log
 
 ## prev-release: the previous release's binaries and packages (PREV_RELEASE, built by its own
 ## Makefile from a checkout of it) into ~/.cache/unitlet/prev-release/<commit>, once

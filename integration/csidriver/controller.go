@@ -22,9 +22,11 @@ type controller struct {
 }
 
 func (c *controller) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
-	return &csipb.ControllerGetCapabilitiesResponse{Capabilities: []*csipb.ControllerServiceCapability{{
-		Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-	}}}, nil
+	res := &csipb.ControllerGetCapabilitiesResponse{}
+	for _, t := range []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME} {
+		res.Capabilities = append(res.Capabilities, &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return res, nil
 }
 
 // volumeData is where a volume's data is; sizeFile where its requested size is.
@@ -115,4 +117,23 @@ func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csipb.Va
 	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters(),
 	}}, nil
+}
+
+// ControllerExpandVolume records the new size; the file system grows on the node
+// (NodeExpandVolume).
+func (c *controller) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: required")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range: required")
+	}
+	if validHandle(req.GetVolumeId()) != nil || !c.d.exists(req.GetVolumeId()) {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	}
+	size := req.GetCapacityRange().GetRequiredBytes()
+	if err := os.WriteFile(c.d.sizeFile(req.GetVolumeId()), []byte(strconv.FormatInt(size, 10)), 0o600); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: true}, nil
 }

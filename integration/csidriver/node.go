@@ -39,7 +39,11 @@ func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRe
 	res := &csipb.NodeGetCapabilitiesResponse{}
 	types := []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS, csipb.NodeServiceCapability_RPC_VOLUME_CONDITION}
 	if n.d.o.Stage {
+		// No EXPAND_VOLUME: growing a mounted ext4 (resize2fs online) needs
+		// CAP_SYS_RESOURCE, which these machines do not give even to root.
 		types = append(types, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	} else {
+		types = append(types, csipb.NodeServiceCapability_RPC_EXPAND_VOLUME)
 	}
 	for _, t := range types {
 		res.Capabilities = append(res.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
@@ -240,4 +244,24 @@ func (n *node) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeSta
 		},
 		VolumeCondition: &csipb.VolumeCondition{Abnormal: cond != "", Message: cond},
 	}, nil
+}
+
+// NodeExpandVolume, for directory volumes: a directory has no size of its own to grow,
+// so it answers the required capacity (as the hostpath driver does). The staging mode
+// does not offer it (NodeGetCapabilities).
+func (n *node) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	n.d.recordCall(Call{Method: "NodeExpandVolume", VolumeID: req.GetVolumeId(), Target: req.GetVolumePath(), Staging: req.GetStagingTargetPath()})
+	if req.GetVolumeId() == "" || req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_path: required")
+	}
+	if validHandle(req.GetVolumeId()) != nil || !n.d.exists(req.GetVolumeId()) {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	}
+	if n.d.o.Stage {
+		return nil, status.Error(codes.Unimplemented, "the staging mode does not expand volumes on the node")
+	}
+	if _, err := os.Stat(req.GetVolumePath()); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	}
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 }

@@ -181,3 +181,14 @@ func (h *Harness) kubeadmBinds(n Node) ([]string, error) {
 // NodeRootDir is the node's --root-dir on the host, where an nspawn node's machine has it
 // bound at the same path: pod directories and the state of unitlet-config.
 func (h *Harness) NodeRootDir(node string) string { return h.nodeRootDir(node) }
+
+// AgentRootDir is the root dir of node's agent: the kubelet's own for a kubelet node,
+// else unitlet's (NodeRootDir).
+func (h *Harness) AgentRootDir(node string) string {
+	for _, n := range h.stack.Nodes {
+		if n.Name == node && n.Backend == "kubelet" {
+			return filepath.Join(h.kubeletDir(node), "root")
+		}
+	}
+	return h.nodeRootDir(node)
+}

@@ -39,7 +39,11 @@ import (
 //     /metrics are the volume's (its ext4 image), its condition abnormal as the driver
 //     says, with a VolumeConditionAbnormal event on the pod.
 //   - A driver without staging: published (a directory bind-mounted) and unpublished; the
-//     pod's write is in the driver's directory.
+//     pod's write is in the driver's directory. Expanded online, the test as the external
+//     resizer (the PV grown, the claim's status NodeResizePending): unitlet-volumes calls
+//     NodeExpandVolume, and the claim's status has the new capacity and no resize status,
+//     with a FileSystemResizeSuccessful event. (The staging mode cannot grow a mounted
+//     ext4 here: online resize2fs needs CAP_SYS_RESOURCE, which these machines lack.)
 //   - An inline csi volume on that driver (its CSIDriver lists the Ephemeral mode):
 //     published under the kubelet's handle, with ephemeral=true; on the staging driver
 //     (Persistent only), refused with a FailedMount naming the mode.
@@ -204,6 +208,44 @@ func TestVolumesCSI(t *testing.T) {
 	}
 	wantCalls(dir, "vol-dir", "NodePublishVolume")
 
+	// Expanded online, the test as the external resizer after its ControllerExpandVolume:
+	// the PV grown to 64Mi, the claim's status saying node expansion is pending. Within a
+	// sync period unitlet-volumes has the driver expand it on the node (NodeExpandVolume)
+	// and records it in the claim's status.
+	pvDir, err := pvs.Get(ctx, "csi-dir", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvDir.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}
+	if _, err := pvs.Update(ctx, pvDir, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claimDir, err := pvcs.Get(ctx, "csi-dir", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimDir.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending}
+	claimDir.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}
+	claimDir.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue}}
+	if _, err := pvcs.UpdateStatus(ctx, claimDir, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, 2*time.Minute, "claim csi-dir expanded on the node", func(ctx context.Context) (bool, string) {
+		got, err := pvcs.Get(ctx, "csi-dir", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		capacity := got.Status.Capacity[corev1.ResourceStorage]
+		return capacity.Cmp(resource.MustParse("64Mi")) == 0 && got.Status.AllocatedResourceStatuses == nil && len(got.Status.Conditions) == 0,
+			fmt.Sprintf("capacity %s, resize status %v, conditions %v", capacity.String(), got.Status.AllocatedResourceStatuses, got.Status.Conditions)
+	})
+	stack.WaitFor(t, time.Minute, "a FileSystemResizeSuccessful event", func(ctx context.Context) (bool, string) {
+		evs := podEvents(ctx, t, "csi-dir")
+		return strings.Contains(evs, "FileSystemResizeSuccessful"), evs
+	})
+
+	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeExpandVolume")
+
 	// Inline: published under the kubelet's handle for the pod's volume, with the pod's
 	// identity and ephemeral=true; refused by a driver without the Ephemeral mode.
 	inlinePod := func(name, driver string) *corev1.Pod {
@@ -287,7 +329,7 @@ func TestVolumesCSI(t *testing.T) {
 	gone("csi-dir", dirPod, "csi-dir")
 	gone("csi-inline", inline, "data")
 	wantCalls(dir, inlineHandle, "NodePublishVolume", "NodeUnpublishVolume")
-	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeUnpublishVolume")
+	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeExpandVolume", "NodeUnpublishVolume")
 	gone("csi-att", attPod, "csi-att")
 	wantCalls(att, "vol-att", "NodePublishVolume", "NodeUnpublishVolume")
 	stack.WaitFor(t, time.Minute, unique+" out of volumesInUse, and detached", func(ctx context.Context) (bool, string) {

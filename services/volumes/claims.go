@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/storage/ephemeral"
 
@@ -42,6 +43,10 @@ type Claims interface {
 	Volume(ctx context.Context, name string) (*corev1.PersistentVolume, error)
 	// NodeLabels are this node's labels as the API has them.
 	NodeLabels(ctx context.Context) (map[string]string, error)
+	// PatchClaimStatus patches a claim's status (a strategic merge patch): the Node
+	// authorizer and NodeRestriction allow a node its pods' claims' capacity, conditions and
+	// resize status.
+	PatchClaimStatus(ctx context.Context, namespace, name string, patch []byte) (*corev1.PersistentVolumeClaim, error)
 }
 
 // apiClaims is Claims from the API server.
@@ -52,6 +57,10 @@ type apiClaims struct {
 
 func (a apiClaims) Claim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
 	return a.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a apiClaims) PatchClaimStatus(ctx context.Context, ns, name string, patch []byte) (*corev1.PersistentVolumeClaim, error) {
+	return a.client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
 func (a apiClaims) Volume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {

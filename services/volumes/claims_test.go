@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 )
 
@@ -42,6 +44,41 @@ func (f *fakeClaims) Volume(_ context.Context, name string) (*corev1.PersistentV
 }
 
 func (f *fakeClaims) NodeLabels(context.Context) (map[string]string, error) { return f.labels, nil }
+
+// PatchClaimStatus applies a strategic merge patch to the stored claim's status, refusing
+// a stale resourceVersion as the API server does.
+func (f *fakeClaims) PatchClaimStatus(_ context.Context, ns, name string, patch []byte) (*corev1.PersistentVolumeClaim, error) {
+	c := f.pvcs[ns+"/"+name]
+	if c == nil {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, name)
+	}
+	var meta struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(patch, &meta); err != nil {
+		return nil, err
+	}
+	if meta.Metadata.ResourceVersion != c.ResourceVersion {
+		return nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, name, errors.New("stale resourceVersion"))
+	}
+	old, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	merged, err := strategicpatch.StrategicMergePatch(old, patch, corev1.PersistentVolumeClaim{})
+	if err != nil {
+		return nil, err
+	}
+	out := &corev1.PersistentVolumeClaim{}
+	if err := json.Unmarshal(merged, out); err != nil {
+		return nil, err
+	}
+	out.ResourceVersion = c.ResourceVersion + "1"
+	f.pvcs[ns+"/"+name] = out
+	return out.DeepCopy(), nil
+}
 
 // bind adds a claim bound to a volume with src, and returns the volume.
 func (f *fakeClaims) bind(claim, pv string, src corev1.PersistentVolumeSource, modes ...corev1.PersistentVolumeAccessMode) *corev1.PersistentVolume {

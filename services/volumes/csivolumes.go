@@ -3,6 +3,9 @@ package volumes
 import (
 	"context"
 	"errors"
+	"slices"
+
+	"golang.org/x/sync/singleflight"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -22,6 +25,7 @@ type CSIVolumes interface {
 	UnstageOrphans(ctx context.Context) error
 	InUse() ([]string, error)
 	Stats(ctx context.Context, target string) (csi.VolumeStats, error)
+	Expand(ctx context.Context, target string, pv *corev1.PersistentVolume, newSize int64) (int64, error)
 }
 
 // setUpInlineCSI publishes a pod's inline csi volume through its driver.
@@ -42,22 +46,37 @@ func (m *Manager) setUpInlineCSI(ctx context.Context, pod *corev1.Pod, v *corev1
 type apiCSIObjects struct {
 	client kubeapi.Interface
 	node   string
+	// reads shares overlapping reads of one object: the volumes of pods started together
+	// name the same CSIDriver and the same Node, and would otherwise spend the client's
+	// rate limit on the same GET (as objects does for configMaps and secrets).
+	reads *singleflight.Group
 }
 
 func (a apiCSIObjects) VolumesInUse(ctx context.Context) ([]corev1.UniqueVolumeName, error) {
-	n, err := a.client.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
+	v, err, _ := a.reads.Do("node/"+a.node, func() (any, error) {
+		ctx, cancel := sharedReadContext(ctx)
+		defer cancel()
+		return a.client.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
+	})
 	if err != nil {
 		return nil, err
 	}
-	return n.Status.VolumesInUse, nil
+	return slices.Clone(v.(*corev1.Node).Status.VolumesInUse), nil
 }
 
 func (a apiCSIObjects) CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
-	cd, err := a.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	v, err, _ := a.reads.Do("csidriver/"+name, func() (any, error) {
+		ctx, cancel := sharedReadContext(ctx)
+		defer cancel()
+		return a.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
-	return cd, err
+	if err != nil {
+		return nil, err
+	}
+	return v.(*storagev1.CSIDriver).DeepCopy(), nil
 }
 
 func (a apiCSIObjects) VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {

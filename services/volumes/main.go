@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -140,7 +141,7 @@ func newAPIParts(client kubeapi.Interface, rc *rest.Config, kc *kubeletv1beta1.K
 	}
 	return apiParts{
 		claims:   apiClaims{client: client, node: nodeName},
-		csi:      csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: nodeName}, RootDir: rootDir, NodeName: nodeName, Log: log.With("component", "csi")}),
+		csi:      csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: nodeName, reads: &singleflight.Group{}}, RootDir: rootDir, NodeName: nodeName, Log: log.With("component", "csi")}),
 		recorder: recorder,
 	}, nil
 }

@@ -143,6 +143,7 @@ func (r *reconciler) once(ctx context.Context) {
 	if err := r.m.UnstageOrphans(cctx); err != nil {
 		r.log.Warn("unstage CSI volumes no pod uses", "err", err)
 	}
+	r.m.ExpandClaims(ctx)
 }
 
 // orphanAge is how old the volumes of a pod nobody has must be for a round to release them

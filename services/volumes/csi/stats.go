@@ -9,6 +9,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // statsTimeout bounds a NodeGetVolumeStats: the usage loop measures volume after volume,
@@ -84,4 +85,58 @@ func (m *Mounter) Stats(ctx context.Context, target string) (VolumeStats, error)
 		out.Condition = &VolumeCondition{Abnormal: c.GetAbnormal(), Message: c.GetMessage()}
 	}
 	return out, nil
+}
+
+// ErrNoNodeExpansion is a driver without the EXPAND_VOLUME node capability: its volumes
+// need no expansion on the node.
+var ErrNoNodeExpansion = errors.New("the driver does not expand volumes on the node (no EXPAND_VOLUME capability)")
+
+// Expand has the driver of the volume published at target grow its file system to newSize
+// bytes (NodeExpandVolume), once the controller side has grown the volume, as the
+// kubelet's node expansion does; it returns the capacity the driver reports (newSize when
+// it reports none).
+func (m *Mounter) Expand(ctx context.Context, target string, pv *corev1.PersistentVolume, newSize int64) (int64, error) {
+	rec, err := readVolData(filepath.Dir(target))
+	if err != nil {
+		return 0, err
+	}
+	drv, err := m.drivers.Driver(rec.DriverName)
+	if err != nil {
+		return 0, err
+	}
+	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
+		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	})
+	if err != nil {
+		return 0, err
+	}
+	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
+		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
+	}
+	if !has(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME) {
+		return 0, ErrNoNodeExpansion
+	}
+	fsType := ""
+	if pv.Spec.CSI != nil {
+		fsType = pv.Spec.CSI.FSType
+	}
+	unlock := m.lock(rec.DriverName, rec.VolumeHandle)
+	defer unlock()
+	req := &csipb.NodeExpandVolumeRequest{
+		VolumeId: rec.VolumeHandle, VolumePath: target, CapacityRange: &csipb.CapacityRange{RequiredBytes: newSize},
+		VolumeCapability: volumeCapability(pv.Spec.AccessModes, pv.Spec.MountOptions, fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)),
+	}
+	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
+		req.StagingTargetPath = m.StagingPath(rec.DriverName, rec.VolumeHandle)
+	}
+	res, err := call(ctx, drv, "NodeExpandVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeExpandVolumeResponse, error) {
+		return c.NodeExpandVolume(ctx, req)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if res.GetCapacityBytes() > 0 {
+		return res.GetCapacityBytes(), nil
+	}
+	return newSize, nil
 }
