@@ -3,6 +3,7 @@ package harnesstest
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +39,9 @@ import (
 //   - The staging driver's NodeGetVolumeStats: the claim's kubelet_volume_stats_* on
 //     /metrics are the volume's (its ext4 image), its condition abnormal as the driver
 //     says, with a VolumeConditionAbnormal event on the pod.
-//   - A driver without staging: published (a directory bind-mounted) and unpublished; the
+//   - A driver without staging, whose CSIDriver asks for tokens and republishing: published
+//     (a directory bind-mounted) with the pod's service account token for its audience,
+//     published again at the resync, and unpublished; the
 //     pod's write is in the driver's directory. Expanded online, the test as the external
 //     resizer (the PV grown, the claim's status NodeResizePending): unitlet-volumes calls
 //     NodeExpandVolume, and the claim's status has the new capacity and no resize status,
@@ -78,15 +81,21 @@ func TestVolumesCSI(t *testing.T) {
 		return d
 	}
 	stg, dir, att := start("stg.csi.unitlet.test", true), start("dir.csi.unitlet.test", false), start("att.csi.unitlet.test", false)
-	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy, modes ...storagev1.VolumeLifecycleMode) {
-		createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach), PodInfoOnMount: ptr.To(true), FSGroupPolicy: ptr.To(policy), VolumeLifecycleModes: modes},
-		}, c.StorageV1().CSIDrivers().Delete, name)
+	csiDriver := func(name string, attach bool, policy storagev1.FSGroupPolicy, edit func(*storagev1.CSIDriverSpec), modes ...storagev1.VolumeLifecycleMode) {
+		spec := storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach), PodInfoOnMount: ptr.To(true), FSGroupPolicy: ptr.To(policy), VolumeLifecycleModes: modes}
+		if edit != nil {
+			edit(&spec)
+		}
+		createObject(t, c.StorageV1().CSIDrivers().Create, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, c.StorageV1().CSIDrivers().Delete, name)
 	}
-	csiDriver("stg.csi.unitlet.test", false, storagev1.FileFSGroupPolicy)
-	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy, storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)
-	csiDriver("att.csi.unitlet.test", true, storagev1.NoneFSGroupPolicy)
+	csiDriver("stg.csi.unitlet.test", false, storagev1.FileFSGroupPolicy, nil)
+	// The directory driver asks for the pods' service account tokens and to be published
+	// again at every resync, as secrets-store or cert-manager's CSI drivers do.
+	csiDriver("dir.csi.unitlet.test", false, storagev1.NoneFSGroupPolicy, func(s *storagev1.CSIDriverSpec) {
+		s.TokenRequests = []storagev1.TokenRequest{{Audience: "unitlet-csi-test", ExpirationSeconds: ptr.To[int64](600)}}
+		s.RequiresRepublish = ptr.To(true)
+	}, storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)
+	csiDriver("att.csi.unitlet.test", true, storagev1.NoneFSGroupPolicy, nil)
 	stack.WaitFor(t, 30*time.Second, "the drivers in the node's CSINode", func(ctx context.Context) (bool, string) {
 		cn, err := c.StorageV1().CSINodes().Get(ctx, podsyncNode, metav1.GetOptions{})
 		if err != nil {
@@ -156,10 +165,26 @@ func TestVolumesCSI(t *testing.T) {
 	targetOf := func(p *corev1.Pod, pv string) string {
 		return filepath.Join(root, "pods", string(p.UID), "volumes", "kubernetes.io~csi", pv, "mount")
 	}
+	// wantCalls compares a volume's calls, its republishes (a NodePublishVolume to a
+	// target published before) left out.
 	wantCalls := func(d *csidriver.Driver, handle string, want ...string) {
 		t.Helper()
-		if got := d.VolumeCalls(handle); !slices.Equal(got, want) {
-			t.Errorf("the driver's calls for %s: %v, want %v", handle, got, want)
+		var got []string
+		published := map[string]bool{}
+		for _, call := range d.Calls() {
+			if call.VolumeID != handle {
+				continue
+			}
+			if call.Method == "NodePublishVolume" {
+				if published[call.Target] {
+					continue
+				}
+				published[call.Target] = true
+			}
+			got = append(got, call.Method)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("the driver's calls for %s: %v, want %v", handle, d.VolumeCalls(handle), want)
 		}
 	}
 	wantCalls(stg, "vol-stg", "NodeStageVolume", "NodePublishVolume", "NodePublishVolume")
@@ -245,6 +270,26 @@ func TestVolumesCSI(t *testing.T) {
 	})
 
 	wantCalls(dir, "vol-dir", "NodePublishVolume", "NodeExpandVolume")
+	// Republished at the resync that expanded it, each time with the pod's token for the
+	// CSIDriver's audience.
+	publishes := 0
+	for _, call := range dir.Calls() {
+		if call.Method != "NodePublishVolume" || call.VolumeID != "vol-dir" {
+			continue
+		}
+		publishes++
+		var tokens map[string]struct {
+			Token               string `json:"token"`
+			ExpirationTimestamp string `json:"expirationTimestamp"`
+		}
+		if err := json.Unmarshal([]byte(call.VolumeContext["csi.storage.k8s.io/serviceAccount.tokens"]), &tokens); err != nil ||
+			strings.Count(tokens["unitlet-csi-test"].Token, ".") != 2 || tokens["unitlet-csi-test"].ExpirationTimestamp == "" {
+			t.Errorf("the tokens in NodePublishVolume's volume context: %v %v, want a JWT for audience unitlet-csi-test", tokens, err)
+		}
+	}
+	if publishes < 2 {
+		t.Errorf("vol-dir published %d times by now, want it republished at the resync (requiresRepublish)", publishes)
+	}
 
 	// Inline: published under the kubelet's handle for the pod's volume, with the pod's
 	// identity and ephemeral=true; refused by a driver without the Ephemeral mode.

@@ -189,7 +189,8 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 }
 
 // claimSetUp is the volume record of a claim volume this process already set up for the
-// pod (nil for other volumes, or none yet): its local mount is checked to be there still.
+// pod (nil for other volumes, or none yet, or a CSI volume whose driver requires
+// republishing): its local mount is checked to be there still.
 func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
 	if v.PersistentVolumeClaim == nil && v.Ephemeral == nil {
 		return nil
@@ -204,6 +205,9 @@ func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
 		if mounted, err := isMountPoint(old.path); err != nil || !mounted {
 			return nil
 		}
+	}
+	if old.plugin == csi.PluginName && m.csi != nil && m.csi.NeedsRepublish(old.path) {
+		return nil // its driver asks for it to be published again at each resync
 	}
 	return old
 }

@@ -26,6 +26,7 @@ type CSIVolumes interface {
 	InUse() ([]string, error)
 	Stats(ctx context.Context, target string) (csi.VolumeStats, error)
 	Expand(ctx context.Context, target string, pv *corev1.PersistentVolume, newSize int64) (int64, error)
+	NeedsRepublish(target string) bool
 }
 
 // setUpInlineCSI publishes a pod's inline csi volume through its driver.

@@ -28,6 +28,7 @@ func (f *fakeCSI) SetUpInline(context.Context, csi.InlinePublication) (string, e
 func (f *fakeCSI) TearDown(_ context.Context, dir string) error { return os.RemoveAll(dir) }
 func (f *fakeCSI) UnstageOrphans(context.Context) error         { return nil }
 func (f *fakeCSI) InUse() ([]string, error)                     { return nil, nil }
+func (f *fakeCSI) NeedsRepublish(string) bool                   { return false }
 func (f *fakeCSI) Stats(context.Context, string) (csi.VolumeStats, error) {
 	return csi.VolumeStats{}, csi.ErrNoVolumeStats
 }

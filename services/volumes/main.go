@@ -19,6 +19,7 @@ import (
 	volumesv1 "github.com/unitlet/unitlet/proto/unitlet/volumes/v1"
 	"github.com/unitlet/unitlet/services/volumes/csi"
 	"github.com/unitlet/unitlet/services/volumes/pluginwatcher"
+	"github.com/unitlet/unitlet/services/volumes/token"
 	"github.com/unitlet/unitlet/shared/bus"
 	"github.com/unitlet/unitlet/shared/cri"
 	"github.com/unitlet/unitlet/shared/daemon"
@@ -77,7 +78,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	tokens, forgetTokens := newTokens(client, clk, log)
 	drivers := csi.NewHandler(csi.NewAPINodeInfo(client, node.Name), log.With("component", "csi"))
-	api, err := newAPIParts(client, restConfig, kc, node.Name, drivers, nc.Paths.GetRootDir(), log)
+	api, err := newAPIParts(client, restConfig, kc, node.Name, drivers, tokens, nc.Paths.GetRootDir(), log)
 	if err != nil {
 		return err
 	}
@@ -130,8 +131,9 @@ type apiParts struct {
 }
 
 // newAPIParts reads claims and volumes, mounts CSI volumes through the registered drivers
-// and records pods' volume events, with the node's client (nil: standalone).
-func newAPIParts(client kubeapi.Interface, rc *rest.Config, kc *kubeletv1beta1.KubeletConfiguration, nodeName string, drivers *csi.Handler, rootDir string, log *slog.Logger) (apiParts, error) {
+// (with service account tokens for the drivers that ask for them) and records pods'
+// volume events, with the node's client (nil: standalone).
+func newAPIParts(client kubeapi.Interface, rc *rest.Config, kc *kubeletv1beta1.KubeletConfiguration, nodeName string, drivers *csi.Handler, tokens *token.Manager, rootDir string, log *slog.Logger) (apiParts, error) {
 	if client == nil {
 		return apiParts{}, nil
 	}
@@ -141,7 +143,7 @@ func newAPIParts(client kubeapi.Interface, rc *rest.Config, kc *kubeletv1beta1.K
 	}
 	return apiParts{
 		claims:   apiClaims{client: client, node: nodeName},
-		csi:      csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: nodeName, reads: &singleflight.Group{}}, RootDir: rootDir, NodeName: nodeName, Log: log.With("component", "csi")}),
+		csi:      csi.NewMounter(csi.MounterOptions{Drivers: drivers, API: apiCSIObjects{client: client, node: nodeName, reads: &singleflight.Group{}}, Tokens: tokens, RootDir: rootDir, NodeName: nodeName, Log: log.With("component", "csi")}),
 		recorder: recorder,
 	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
@@ -50,6 +51,9 @@ type volData struct {
 	// AttachRequired ("true"), unitlet's own key: the volume is attached by the
 	// attach/detach controller, and is in the Node's volumesInUse while this record is.
 	AttachRequired string `json:"attachRequired,omitempty"`
+	// RequiresRepublish ("true"), unitlet's own key: the driver's CSIDriver asks for the
+	// volume to be published again at every resync (fresh service account tokens).
+	RequiresRepublish string `json:"requiresRepublish,omitempty"`
 }
 
 // UniqueName is the kubelet's unique name of a CSI volume: what the Node's volumesInUse
@@ -67,11 +71,17 @@ type Objects interface {
 	Secret(ctx context.Context, namespace, name string) (map[string]string, error)
 }
 
+// Tokens hands out service account tokens bound to a pod (token.Manager).
+type Tokens interface {
+	TokenWithExpiry(ctx context.Context, pod *corev1.Pod, serviceAccount, audience string, expirationSeconds int64) ([]byte, time.Time, error)
+}
+
 // Mounter stages and publishes CSI persistent volumes for pods, and takes them down, as
 // the kubelet's CSI plugin does.
 type Mounter struct {
 	drivers *Handler
 	api     Objects
+	tokens  Tokens
 	// podsDir is <root-dir>/pods; stagingDir <root-dir>/plugins/kubernetes.io/csi.
 	podsDir, stagingDir string
 	node                string
@@ -93,6 +103,8 @@ type volumeLock struct {
 type MounterOptions struct {
 	Drivers *Handler
 	API     Objects
+	// Tokens serve the CSIDriver tokenRequests; nil refuses such drivers.
+	Tokens Tokens
 	// RootDir is the node's <root-dir>.
 	RootDir, NodeName string
 	Log               *slog.Logger
@@ -101,7 +113,7 @@ type MounterOptions struct {
 // NewMounter mounts CSI volumes through the registered drivers.
 func NewMounter(o MounterOptions) *Mounter {
 	return &Mounter{
-		drivers: o.Drivers, api: o.API, node: o.NodeName, log: o.Log,
+		drivers: o.Drivers, api: o.API, tokens: o.Tokens, node: o.NodeName, log: o.Log,
 		podsDir:    filepath.Join(o.RootDir, "pods"),
 		stagingDir: filepath.Join(o.RootDir, "plugins", PluginName),
 		volumes:    map[string]*volumeLock{},
@@ -216,7 +228,7 @@ type volumeSpec struct {
 
 func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec volumeSpec) (string, error) {
 	target := filepath.Join(dir, mountDir)
-	if rec, err := readVolData(dir); err == nil && rec.DriverName == spec.driver && rec.VolumeHandle == spec.handle {
+	if rec, err := readVolData(dir); err == nil && rec.DriverName == spec.driver && rec.VolumeHandle == spec.handle && rec.RequiresRepublish != "true" {
 		if mounted, err := isMountPoint(target); err == nil && mounted {
 			return target, nil
 		}
@@ -229,7 +241,7 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if err != nil {
 		return "", fmt.Errorf("read CSIDriver %s: %w", spec.driver, err)
 	}
-	if err := refuseDriverFeatures(cd); err != nil {
+	if err := m.refuseDriverFeatures(cd); err != nil {
 		return "", err
 	}
 	// As the kubelet: a driver without a CSIDriver, or one listing no modes, serves
@@ -275,6 +287,9 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if attach {
 		rec.AttachRequired = "true"
 	}
+	if cd != nil && cd.Spec.RequiresRepublish != nil && *cd.Spec.RequiresRepublish {
+		rec.RequiresRepublish = "true"
+	}
 	if err := writeVolData(dir, rec); err != nil {
 		return "", err
 	}
@@ -299,6 +314,20 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if cd != nil && cd.Spec.PodInfoOnMount != nil && *cd.Spec.PodInfoOnMount {
 		volumeContext = podInfo(volumeContext, pod, spec.mode == storagev1.VolumeLifecycleEphemeral)
 	}
+	if cd != nil && len(cd.Spec.TokenRequests) > 0 {
+		tokens, err := m.podTokens(ctx, pod, cd)
+		if err != nil {
+			return "", err
+		}
+		// As the kubelet: in the volume context, or in the secrets when the CSIDriver says
+		// serviceAccountTokenInSecrets.
+		if cd.Spec.ServiceAccountTokenInSecrets != nil && *cd.Spec.ServiceAccountTokenInSecrets {
+			secrets = mergeInto(secrets, tokens)
+		} else {
+			volumeContext = mergeInto(volumeContext, tokens)
+		}
+	}
+	republish, _ := isMountPoint(target)
 	_, err = call(ctx, drv, "NodePublishVolume", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodePublishVolumeResponse, error) {
 		return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 			VolumeId: spec.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
@@ -306,8 +335,9 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 		})
 	})
 	if err != nil {
-		if final(err) {
-			// The driver says it did nothing: no record left for a teardown to find.
+		if final(err) && !republish {
+			// The driver says it did nothing: no record left for a teardown to find. (A
+			// republish that fails leaves the volume published as it was.)
 			_ = removeMountDir(dir)
 		}
 		return "", err
@@ -547,19 +577,62 @@ func (m *Mounter) secrets(ctx context.Context, ref *corev1.SecretReference, fiel
 	return data, nil
 }
 
-// refuseDriverFeatures refuses what a CSIDriver asks that unitlet does not do yet, rather
+// refuseDriverFeatures refuses what a CSIDriver asks that this Mounter cannot give, rather
 // than mount without it.
-func refuseDriverFeatures(cd *storagev1.CSIDriver) error {
-	if cd == nil {
-		return nil
-	}
-	if len(cd.Spec.TokenRequests) > 0 {
-		return fmt.Errorf("CSIDriver %s sets tokenRequests: unitlet does not hand service account tokens to CSI drivers yet", cd.Name)
-	}
-	if cd.Spec.RequiresRepublish != nil && *cd.Spec.RequiresRepublish {
-		return fmt.Errorf("CSIDriver %s sets requiresRepublish: unitlet does not republish CSI volumes yet", cd.Name)
+func (m *Mounter) refuseDriverFeatures(cd *storagev1.CSIDriver) error {
+	if cd != nil && len(cd.Spec.TokenRequests) > 0 && m.tokens == nil {
+		return fmt.Errorf("CSIDriver %s sets tokenRequests, and this unitlet-volumes has no service account tokens to give", cd.Name)
 	}
 	return nil
+}
+
+// tokensKey is the volume context (or secrets) key of the service account tokens.
+const tokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+
+// podTokens are the tokens the CSIDriver's tokenRequests ask for, of the pod's service
+// account, bound to the pod: a JSON object by audience of {token, expirationTimestamp},
+// the kubelet's format.
+func (m *Mounter) podTokens(ctx context.Context, pod *corev1.Pod, cd *storagev1.CSIDriver) (map[string]string, error) {
+	type status struct {
+		Token               string `json:"token"`
+		ExpirationTimestamp string `json:"expirationTimestamp"`
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	out := map[string]status{}
+	for _, tr := range cd.Spec.TokenRequests {
+		token, expires, err := m.tokens.TokenWithExpiry(ctx, pod, sa, tr.Audience, ptr.Deref(tr.ExpirationSeconds, 0))
+		if err != nil {
+			return nil, fmt.Errorf("CSIDriver %s tokenRequests: %w", cd.Name, err)
+		}
+		out[tr.Audience] = status{Token: string(token), ExpirationTimestamp: expires.UTC().Format(time.RFC3339)}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{tokensKey: string(b)}, nil
+}
+
+// mergeInto is a with b's entries added (a copy; neither is changed).
+func mergeInto(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// NeedsRepublish reports whether the volume published at target is to be published again
+// at each resync (its driver's CSIDriver sets requiresRepublish), by its record.
+func (m *Mounter) NeedsRepublish(target string) bool {
+	rec, err := readVolData(filepath.Dir(target))
+	return err == nil && rec.RequiresRepublish == "true"
 }
 
 // volumeCapability is the capability a PV is staged and published with: a mount with its

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -35,6 +37,8 @@ type fakeNode struct {
 	calls []string
 	// publishContext is the last publish's.
 	publishContext map[string]string
+	// volumeContext is the last publish's.
+	volumeContext map[string]string
 }
 
 func (f *fakeNode) record(s string) {
@@ -79,7 +83,7 @@ func (f *fakeNode) NodeUnstageVolume(_ context.Context, r *csipb.NodeUnstageVolu
 func (f *fakeNode) NodePublishVolume(_ context.Context, r *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	f.record("publish " + r.GetVolumeId() + " " + filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(r.GetTargetPath()))))))
 	f.mu.Lock()
-	f.publishContext = r.GetPublishContext()
+	f.publishContext, f.volumeContext = r.GetPublishContext(), r.GetVolumeContext()
 	f.mu.Unlock()
 	return &csipb.NodePublishVolumeResponse{}, os.MkdirAll(r.GetTargetPath(), 0o750)
 }
@@ -278,7 +282,6 @@ func TestCSIRefusals(t *testing.T) {
 		want   string
 	}{
 		"tokenRequests":     {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), TokenRequests: []storagev1.TokenRequest{{Audience: "x"}}}, want: "sets tokenRequests"},
-		"requiresRepublish": {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), RequiresRepublish: ptr.To(true)}, want: "sets requiresRepublish"},
 		"ephemeral only":    {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}, want: `does not support the volume lifecycle mode "Persistent"`},
 		"unregistered":      {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.Driver = "gone.csi.test" }, want: `CSI driver "gone.csi.test" is not registered on this node`},
 		"no handle":         {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.VolumeHandle = "" }, want: "spec.csi.volumeHandle is empty"},
@@ -343,5 +346,67 @@ func TestVolumeStatsFromTheDriver(t *testing.T) {
 	}
 	if got := node.take(); !slices.Equal(got, []string{"stats v1 staged at globalmount"}) {
 		t.Errorf("calls %q, want NodeGetVolumeStats with the staging path", got)
+	}
+}
+
+// fakeTokens hands out a token per audience.
+type fakeTokens struct{}
+
+func (fakeTokens) TokenWithExpiry(_ context.Context, pod *corev1.Pod, sa, audience string, _ int64) ([]byte, time.Time, error) {
+	return []byte("token-" + sa + "-" + audience + "-" + pod.Name), time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), nil
+}
+
+// A CSIDriver with tokenRequests and requiresRepublish: the pod's tokens in the volume
+// context (the kubelet's JSON), and the volume published again at each set-up.
+func TestTokensAndRepublish(t *testing.T) {
+	ctx := context.Background()
+	m, node, objs, root := newTestMounter(t, false)
+	objs.drivers["fake.csi.test"].Spec = storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), RequiresRepublish: ptr.To(true),
+		TokenRequests: []storagev1.TokenRequest{{Audience: "aud-1", ExpirationSeconds: ptr.To[int64](600)}}}
+	if _, err := m.SetUp(ctx, publication(root, "a", testPV("v1"))); err == nil || !strings.Contains(err.Error(), "no service account tokens") {
+		t.Fatalf("tokenRequests without tokens: %v", err)
+	}
+	m.tokens = fakeTokens{}
+	p := publication(root, "a", testPV("v1"))
+	target, err := m.SetUp(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"aud-1":{"token":"token-default-aud-1-pod-a","expirationTimestamp":"2030-01-02T03:04:05Z"}}`
+	if got := node.volumeContext["csi.storage.k8s.io/serviceAccount.tokens"]; got != want {
+		t.Errorf("tokens in the volume context %s, want %s", got, want)
+	}
+	if !m.NeedsRepublish(target) {
+		t.Error("NeedsRepublish false for a requiresRepublish driver's volume")
+	}
+	// Published for real (the fake driver only makes the directory): a bind mount.
+	if err := unix.Mount(t.TempDir(), target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, 0) })
+	node.take()
+	if _, err := m.SetUp(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.take(); !slices.Equal(got, []string{"publish v1 a"}) {
+		t.Errorf("a second set-up's calls %q, want a republish", got)
+	}
+	// Without requiresRepublish, a published volume is left as it is.
+	objs.drivers["fake.csi.test"].Spec.RequiresRepublish = nil
+	q := publication(root, "b", testPV("v2"))
+	qt, err := m.SetUp(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(t.TempDir(), qt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(qt, 0) })
+	node.take()
+	if _, err := m.SetUp(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.take(); len(got) != 0 {
+		t.Errorf("a second set-up of a published volume: calls %q, want none", got)
 	}
 }

@@ -96,11 +96,18 @@ func NewManager(client kubeapi.Interface, clock clock.Clock, opts ...Option) *Ma
 // fails while the cached token is still valid, the cached token is returned and the
 // refresh is retried on a later call.
 func (m *Manager) Token(ctx context.Context, pod *corev1.Pod, serviceAccount, audience string, expirationSeconds int64) ([]byte, error) {
+	token, _, err := m.TokenWithExpiry(ctx, pod, serviceAccount, audience, expirationSeconds)
+	return token, err
+}
+
+// TokenWithExpiry is Token with the token's expiration time (what a CSI driver's
+// tokenRequests hand it).
+func (m *Manager) TokenWithExpiry(ctx context.Context, pod *corev1.Pod, serviceAccount, audience string, expirationSeconds int64) ([]byte, time.Time, error) {
 	if pod == nil || pod.UID == "" || pod.Name == "" {
-		return nil, errors.New("request service account token: the pod's name and uid are required")
+		return nil, time.Time{}, errors.New("request service account token: the pod's name and uid are required")
 	}
 	if serviceAccount == "" {
-		return nil, fmt.Errorf("request service account token for pod %s/%s: no service account name", pod.Namespace, pod.Name)
+		return nil, time.Time{}, fmt.Errorf("request service account token for pod %s/%s: no service account name", pod.Namespace, pod.Name)
 	}
 	if expirationSeconds <= 0 {
 		expirationSeconds = DefaultExpirationSeconds
@@ -123,7 +130,7 @@ func (m *Manager) Token(ctx context.Context, pod *corev1.Pod, serviceAccount, au
 	m.mu.Unlock()
 	now := m.clock.Now()
 	if cached != nil && now.Before(refreshAt) {
-		return clone(cached), nil
+		return clone(cached), expires, nil
 	}
 
 	tr, err := m.request(ctx, pod, k)
@@ -131,10 +138,10 @@ func (m *Manager) Token(ctx context.Context, pod *corev1.Pod, serviceAccount, au
 		err = fmt.Errorf("request token of service account %s/%s for pod %s (audience %q): %w", k.namespace, k.serviceAccount, pod.Name, audience, err)
 		if cached == nil {
 			m.drop(k, e)
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if !now.Before(expires) {
-			return nil, fmt.Errorf("cached token expired at %s and refresh failed: %w", expires.Format(time.RFC3339), err)
+			return nil, time.Time{}, fmt.Errorf("cached token expired at %s and refresh failed: %w", expires.Format(time.RFC3339), err)
 		}
 		m.log.Warn("refreshing service account token failed, keeping the cached one",
 			"pod", pod.Namespace+"/"+pod.Name, "serviceAccount", k.serviceAccount,
@@ -142,7 +149,7 @@ func (m *Manager) Token(ctx context.Context, pod *corev1.Pod, serviceAccount, au
 		m.mu.Lock()
 		e.refreshAt = earliest(now.Add(retryInterval), expires)
 		m.mu.Unlock()
-		return clone(cached), nil
+		return clone(cached), expires, nil
 	}
 
 	token := []byte(tr.Status.Token)
@@ -152,7 +159,7 @@ func (m *Manager) Token(ctx context.Context, pod *corev1.Pod, serviceAccount, au
 	e.expires = expires
 	e.refreshAt = refreshTime(tr, now)
 	m.mu.Unlock()
-	return clone(token), nil
+	return clone(token), expires, nil
 }
 
 // request asks the API server for a token bound to the pod.
