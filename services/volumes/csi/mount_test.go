@@ -281,10 +281,10 @@ func TestCSIRefusals(t *testing.T) {
 		pv     func(*corev1.PersistentVolume)
 		want   string
 	}{
-		"tokenRequests":     {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), TokenRequests: []storagev1.TokenRequest{{Audience: "x"}}}, want: "sets tokenRequests"},
-		"ephemeral only":    {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}, want: `does not support the volume lifecycle mode "Persistent"`},
-		"unregistered":      {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.Driver = "gone.csi.test" }, want: `CSI driver "gone.csi.test" is not registered on this node`},
-		"no handle":         {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.VolumeHandle = "" }, want: "spec.csi.volumeHandle is empty"},
+		"tokenRequests":  {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), TokenRequests: []storagev1.TokenRequest{{Audience: "x"}}}, want: "sets tokenRequests"},
+		"ephemeral only": {driver: &storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}, want: `does not support the volume lifecycle mode "Persistent"`},
+		"unregistered":   {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.Driver = "gone.csi.test" }, want: `CSI driver "gone.csi.test" is not registered on this node`},
+		"no handle":      {pv: func(pv *corev1.PersistentVolume) { pv.Spec.CSI.VolumeHandle = "" }, want: "spec.csi.volumeHandle is empty"},
 		"publish secret": {pv: func(pv *corev1.PersistentVolume) {
 			pv.Spec.CSI.NodePublishSecretRef = &corev1.SecretReference{Namespace: "ns", Name: "s"}
 		}, want: "fetching nodePublishSecretRef ns/s failed"},
@@ -380,10 +380,7 @@ func TestTokensAndRepublish(t *testing.T) {
 		t.Error("NeedsRepublish false for a requiresRepublish driver's volume")
 	}
 	// Published for real (the fake driver only makes the directory): a bind mount.
-	if err := unix.Mount(t.TempDir(), target, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(target, 0) })
+	bindOver(t, target)
 	node.take()
 	if _, err := m.SetUp(ctx, p); err != nil {
 		t.Fatal(err)
@@ -398,10 +395,7 @@ func TestTokensAndRepublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(t.TempDir(), qt, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(qt, 0) })
+	bindOver(t, qt)
 	node.take()
 	if _, err := m.SetUp(ctx, q); err != nil {
 		t.Fatal(err)
@@ -409,4 +403,14 @@ func TestTokensAndRepublish(t *testing.T) {
 	if got := node.take(); len(got) != 0 {
 		t.Errorf("a second set-up of a published volume: calls %q, want none", got)
 	}
+}
+
+// bindOver bind-mounts an empty directory over target, as a driver's publish would, until
+// the test ends.
+func bindOver(t *testing.T, target string) {
+	t.Helper()
+	if err := unix.Mount(t.TempDir(), target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, 0) })
 }
