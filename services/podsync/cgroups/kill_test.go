@@ -107,8 +107,10 @@ func exerciseKill(t *testing.T, m Manager, dirs []string) {
 	inPod := startProc(t, "sleep", "300")
 	moveInto(t, dirs, holder, inPod.Process.Pid)
 	// In the container's cgroup: a shell that forks two children once it is there, as a
-	// daemon that escaped its container's stop would have.
-	forker := exec.Command("sh", "-c", "read go; sleep 300 & sleep 300 & echo started; wait")
+	// daemon that escaped its container's stop would have. It then blocks reading its
+	// stdin, not in wait: a shell in wait could see both children killed first and exit 0
+	// before its own SIGKILL landed (seen once under load in make test).
+	forker := exec.Command("sh", "-c", "read go; sleep 300 & sleep 300 & echo started; read never")
 	stdin, err := forker.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
