@@ -254,14 +254,9 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 		return "", fmt.Errorf("CSIDriver %s does not support the volume lifecycle mode %q (its volumeLifecycleModes are %v), which %s needs", spec.driver, spec.mode, modes, spec.what)
 	}
 	attach := spec.mode == storagev1.VolumeLifecyclePersistent && (cd == nil || cd.Spec.AttachRequired == nil || *cd.Spec.AttachRequired)
-	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
-		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
-	})
+	has, err := nodeCapabilities(ctx, drv)
 	if err != nil {
 		return "", err
-	}
-	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
-		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
 	}
 	var fsGroup *int64
 	if sc := pod.Spec.SecurityContext; sc != nil {
@@ -790,4 +785,18 @@ func isMountPoint(path string) (bool, error) {
 		return false, nil
 	}
 	return mountinfo.Mounted(path)
+}
+
+// nodeCapabilities asks a driver for its Node service's capabilities (the kubelet asks
+// before each operation too) and returns the test for one of them.
+func nodeCapabilities(ctx context.Context, drv Driver) (func(csipb.NodeServiceCapability_RPC_Type) bool, error) {
+	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
+		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(t csipb.NodeServiceCapability_RPC_Type) bool {
+		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
+	}, nil
 }

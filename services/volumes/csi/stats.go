@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -48,14 +47,9 @@ func (m *Mounter) Stats(ctx context.Context, target string) (VolumeStats, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
-		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
-	})
+	has, err := nodeCapabilities(ctx, drv)
 	if err != nil {
 		return VolumeStats{}, err
-	}
-	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
-		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
 	}
 	if !has(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS) {
 		return VolumeStats{}, ErrNoVolumeStats
@@ -104,14 +98,9 @@ func (m *Mounter) Expand(ctx context.Context, target string, pv *corev1.Persiste
 	if err != nil {
 		return 0, err
 	}
-	caps, err := call(ctx, drv, "NodeGetCapabilities", func(ctx context.Context, c csipb.NodeClient) (*csipb.NodeGetCapabilitiesResponse, error) {
-		return c.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
-	})
+	has, err := nodeCapabilities(ctx, drv)
 	if err != nil {
 		return 0, err
-	}
-	has := func(t csipb.NodeServiceCapability_RPC_Type) bool {
-		return slices.ContainsFunc(caps.GetCapabilities(), func(c *csipb.NodeServiceCapability) bool { return c.GetRpc().GetType() == t })
 	}
 	if !has(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME) {
 		return 0, ErrNoNodeExpansion
