@@ -41,7 +41,7 @@ PREV_RELEASE := 4fc671e02c2c4cadf5c4dfa6cf020bd1f87c70f5
 PREV_DIR := $(CACHE)/prev-release/$(PREV_RELEASE)
 CMDS := unitlet-certs unitlet-config unitlet-eviction unitlet-podsync unitlet-status unitlet-volumes unitletctl unitlet-harness
 
-.PHONY: all build prereqs deb deb-check test test-unit test-integration test-faults test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
+.PHONY: all build prereqs deb deb-check gates test test-unit test-integration test-faults test-vm harness-binaries cluster down proto proto-check lint bench bench-bus bench-podsync bench-pods bench-memory bench-volumes bench-eviction bench-metrics fuzz run clean tools
 
 all: build
 
@@ -196,7 +196,7 @@ test-faults: build harness-binaries
 ## security context, sysctls, exec, logs, attach, RuntimeClass handlers, volumes, CRI stats)
 ## again on containerd 2.x: integration/stacks/containerd2.yaml, containerd built from its
 ## module into the cache by harness-binaries (~5 min)
-CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalseRefusedNamingTheRuntime|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
+CONTAINERD2_TESTS := TestCRISandboxAndContainerRun|TestStatusNodeRegistersAndTurnsReady|TestStatusKubectlRunLogsExecDelete|TestStatusLogsPrevious|TestPodsyncRunsAPIPod|TestPodsyncStaticPodAndMirrorPod|TestPodsyncRestartPolicies|TestPodsyncInitContainersRunInOrder|TestPodsyncGracefulDeletion|TestPodsyncKillPod|TestPodsyncBadPodSpec|TestPodsyncSIGKILLDuringABurst|TestPodsyncReadinessProbeFlipsReadiness|TestPodsyncLivenessProbeRestartsContainer|TestPodsyncHooks|TestPodsyncStreamingExec|TestSidecarStartupGatesTheAppAndCompletesStopped|TestSidecarRestartsUnderNeverAndStopsAfterTheApp|TestProbeDetails|TestActiveDeadlineSeconds|TestPodSpecTerminationMessages|TestPodSpecRunAsNonRoot|TestPodSpecSysctls|TestPodSpecRecursiveReadOnly|TestPodSpecFieldTable|TestPodsyncResizeInPlace|TestPodsyncResizeFinishedAfterASIGKILL|TestPodsyncRestartAllContainers|TestPodSpecImageVolume|TestStatusRuntimeFeaturesAndStrictSupplementalGroups|TestPodSpecFSGroup|TestRuntimeClassHandlerAndOverhead|TestRuntimeClassMissingOrUnknownHandler|TestHostUsersFalse|TestPodspecEphemeralContainers|TestPodspecKubectlDebugAttach|TestVolumesEveryPluginFromInsideTheContainer|TestResourceMetricsShowABusyCPU|TestCAdvisorMetricsShowALimitedContainer
 .PHONY: test-containerd2
 TEST_CONTAINERD2 = env UNITLET_BIN_DIR=$(BIN) UNITLET_STACK=$(CURDIR)/integration/stacks/containerd2.yaml $(GO) test -trimpath -count=1 -timeout=30m -v -parallel 8 -run '^($(CONTAINERD2_TESTS))$$' ./integration/harnesstest/
 test-containerd2: build harness-binaries
@@ -239,6 +239,14 @@ test-kubeadm-built:
 ## unitlet is compiled once, with one set of flags.
 harness-binaries: build
 	$(BIN)/unitlet-harness build
+
+## gates: services/config/kubeletconfig/gates_kubelet.go, the kubelet v1.36 feature gates
+## (default, locked, stage), generated from the kubelet the harness pins (a few minutes: it
+## compiles the kubelet's command)
+gates:
+	cd integration/tools/kubelet && GOWORK=off $(GO) run ./featuregates > $(CURDIR)/services/config/kubeletconfig/gates_kubelet.go.tmp
+	gofmt $(CURDIR)/services/config/kubeletconfig/gates_kubelet.go.tmp > $(CURDIR)/services/config/kubeletconfig/gates_kubelet.go
+	rm $(CURDIR)/services/config/kubeletconfig/gates_kubelet.go.tmp
 
 ## cluster: the default stack (control plane + a unitlet node) up, and how to use it
 cluster: prereqs build
@@ -349,6 +357,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPrepareVolumesPod$$' -fuzztime=$(FUZZTIME) ./services/volumes/
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./services/eviction/policy/
 	$(GO) test -run='^$$' -fuzz='^FuzzSetNodeID$$' -fuzztime=$(FUZZTIME) ./services/volumes/csi/
+	$(GO) test -run='^$$' -fuzz='^FuzzParseEnvFile$$' -fuzztime=$(FUZZTIME) ./services/podsync/criconfig/
 
 # The description of the payloads the bus carries in bytes fields (shared/payload;
 # README.md, "Payload versioning"), generated with the code and checked with it.

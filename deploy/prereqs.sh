@@ -27,8 +27,9 @@ declare -A packages=(
 	[lintian]=lintian
 )
 # Debian packages checked by name (the harness needs the static busybox and the CNI plugins
-# in /usr/lib/cni, which no command names).
-by_name=(busybox-static containernetworking-plugins)
+# in /usr/lib/cni, which no command names; the containerd 2.x stack's runc is built with
+# seccomp, from libseccomp's headers, by gcc through pkg-config).
+by_name=(busybox-static containernetworking-plugins libseccomp-dev gcc pkg-config)
 
 have_go() {
 	command -v go >/dev/null 2>&1 || return 1

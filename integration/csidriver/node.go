@@ -78,6 +78,9 @@ func (n *node) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequ
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return n.stageBlock(req.GetVolumeId(), staging)
+	}
 	if mounted, err := mountinfo.Mounted(staging); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	} else if mounted {
@@ -131,6 +134,9 @@ func (n *node) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolume
 	if req.GetVolumeId() == "" || staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path: required")
 	}
+	if err := n.unstageBlock(req.GetVolumeId(), staging); err != nil {
+		return nil, err
+	}
 	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(staging))
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -160,6 +166,9 @@ func (n *node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolume
 	}
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability: required")
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return n.publishBlock(req)
 	}
 	src := filepath.Join(n.d.o.StateDir, req.GetVolumeId())
 	if n.d.o.Stage {
@@ -264,4 +273,106 @@ func (n *node) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRe
 		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
 	}
 	return &csipb.NodeExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+}
+
+// stagedDevice is the file in a block volume's staging directory where its loop device is
+// bind-mounted.
+func stagedDevice(staging string) string { return filepath.Join(staging, "device") }
+
+// stageBlock attaches a block volume's image to a loop device (the image made when it is
+// new; its file system is the pod's business) and bind-mounts the device at
+// staging/device, which publishes bind-mount in turn.
+func (n *node) stageBlock(id, staging string) (*csipb.NodeStageVolumeResponse, error) {
+	dev := stagedDevice(staging)
+	if mounted, err := mountinfo.Mounted(dev); err == nil && mounted {
+		return &csipb.NodeStageVolumeResponse{}, nil
+	}
+	img := filepath.Join(n.d.o.StateDir, id+".img")
+	if err := makeImage(img); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "losetup %s: %v: %s", img, err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	if err := os.WriteFile(dev, nil, 0o600); err != nil {
+		_ = exec.Command("losetup", "-d", loop).Run()
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := unix.Mount(loop, dev, "", unix.MS_BIND, ""); err != nil {
+		_ = exec.Command("losetup", "-d", loop).Run()
+		return nil, status.Errorf(codes.Internal, "bind-mount %s (%s) at %s: %v", loop, img, dev, err)
+	}
+	return &csipb.NodeStageVolumeResponse{}, nil
+}
+
+// unstageBlock undoes stageBlock, if the staging directory has a staged device: the bind
+// mount, the file, and every loop device of the volume's image.
+func (n *node) unstageBlock(id, staging string) error {
+	dev := stagedDevice(staging)
+	if _, err := os.Lstat(dev); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for {
+		mounted, err := mountinfo.Mounted(dev)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if !mounted {
+			break
+		}
+		if err := unix.Unmount(dev, 0); err != nil {
+			return status.Errorf(codes.Internal, "unmount %s: %v", dev, err)
+		}
+	}
+	if err := os.Remove(dev); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if validHandle(id) != nil {
+		return nil
+	}
+	img := filepath.Join(n.d.o.StateDir, id+".img")
+	out, err := exec.Command("losetup", "--noheadings", "--output", "NAME", "--associated", img).CombinedOutput()
+	if err != nil {
+		return status.Errorf(codes.Internal, "losetup --associated %s: %v: %s", img, err, out)
+	}
+	for _, loop := range strings.Fields(string(out)) {
+		if out, err := exec.Command("losetup", "-d", loop).CombinedOutput(); err != nil {
+			return status.Errorf(codes.Internal, "losetup -d %s: %v: %s", loop, err, out)
+		}
+	}
+	return nil
+}
+
+// publishBlock bind-mounts a staged block volume's device at the target file, which it
+// makes (the CO makes its directory, as the CSI spec says). Block volumes need the
+// staging mode.
+func (n *node) publishBlock(req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if !n.d.o.Stage {
+		return nil, status.Error(codes.InvalidArgument, "block volumes need the staging mode of this driver")
+	}
+	src := stagedDevice(req.GetStagingTargetPath())
+	if mounted, err := mountinfo.Mounted(src); err != nil || !mounted {
+		return nil, status.Errorf(codes.FailedPrecondition, "block volume %s is not staged at %q", req.GetVolumeId(), req.GetStagingTargetPath())
+	}
+	target := req.GetTargetPath()
+	if mounted, err := mountinfo.Mounted(target); err == nil && mounted {
+		return &csipb.NodePublishVolumeResponse{}, nil
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	_ = f.Close()
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return nil, status.Errorf(codes.Internal, "bind-mount %s at %s: %v", src, target, err)
+	}
+	if req.GetReadonly() {
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			_ = unix.Unmount(target, 0)
+			return nil, status.Errorf(codes.Internal, "remount %s read-only: %v", target, err)
+		}
+	}
+	return &csipb.NodePublishVolumeResponse{}, nil
 }

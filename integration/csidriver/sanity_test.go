@@ -44,10 +44,22 @@ func TestCSISanity(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(d.Stop)
-			cmd := exec.Command(bin, "-csi.endpoint", "unix://"+filepath.Join(dir, "csi.sock"),
-				"-csi.mountdir", filepath.Join(dir, "target"), "-csi.stagingdir", filepath.Join(dir, "staging"),
-				"-csi.testvolumesize", strconv.Itoa(imageSize), "-ginkgo.no-color")
-			out, err := cmd.CombinedOutput()
+			run := func() ([]byte, error) {
+				cmd := exec.Command(bin, "-csi.endpoint", "unix://"+filepath.Join(dir, "csi.sock"),
+					"-csi.mountdir", filepath.Join(dir, "target"), "-csi.stagingdir", filepath.Join(dir, "staging"),
+					"-csi.testvolumesize", strconv.Itoa(imageSize), "-ginkgo.no-color")
+				return cmd.CombinedOutput()
+			}
+			out, err := run()
+			if err != nil && sanityConnectRace(string(out)) {
+				// csi-test's Connect waits for a change from the state it reads after dialing:
+				// a connection already Ready by then is waited on for a minute and reported
+				// "Connection timed out" (run 19 of 2026-11-29, on a loaded machine), with no
+				// call having reached the driver. That is the tool's race, not the driver's:
+				// run it once more, saying so.
+				t.Logf("csi-sanity: its first connection timed out without reaching the driver (csi-test's connect race); running it again:\n%s", lastLines(string(out), 6))
+				out, err = run()
+			}
 			summary := lastLines(string(out), 6)
 			if err != nil {
 				t.Fatalf("csi-sanity: %v\n%s", err, out)
@@ -55,6 +67,13 @@ func TestCSISanity(t *testing.T) {
 			t.Logf("csi-sanity passed:\n%s", summary)
 		})
 	}
+}
+
+// sanityConnectRace reports whether a csi-sanity run failed only because its connection
+// helper timed out connecting, in a BeforeEach, before any call reached the driver.
+func sanityConnectRace(out string) bool {
+	return strings.Contains(out, "Connection timed out") && strings.Contains(out, "STEP: connecting to CSI driver") &&
+		strings.Contains(out, "FAIL! -- ") && strings.Contains(out, " Passed | 1 Failed |")
 }
 
 func lastLines(s string, n int) string {

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -112,15 +113,21 @@ func ensureKubeCommand(repo string, out io.Writer, bin, what string) (string, er
 // Containerd is a containerd built from its module: the daemon, its runc shim and ctr.
 type Containerd struct {
 	Dir, Containerd, Shim, Ctr string
+	// Runc is the runc its handlers run, empty for the machine's.
+	Runc string
 }
 
 // EnsureContainerd builds containerd ContainerdVersion from repo's
-// integration/tools/containerd into the cache unless it is there. runc stays the machine's
-// (Debian's package), as a containerd release leaves runc to the distribution.
+// integration/tools/containerd into the cache unless it is there, and the runc it runs
+// (EnsureRunc).
 func EnsureContainerd(repo string, out io.Writer) (*Containerd, error) {
+	runc, err := EnsureRunc(repo, out)
+	if err != nil {
+		return nil, err
+	}
 	dir := Containerd2Dir()
 	c := &Containerd{Dir: dir, Containerd: filepath.Join(dir, "containerd"),
-		Shim: filepath.Join(dir, "containerd-shim-runc-v2"), Ctr: filepath.Join(dir, "ctr")}
+		Shim: filepath.Join(dir, "containerd-shim-runc-v2"), Ctr: filepath.Join(dir, "ctr"), Runc: runc}
 	var pkgs []string
 	complete := true
 	for _, p := range []string{c.Containerd, c.Shim, c.Ctr} {
@@ -143,6 +150,29 @@ func EnsureContainerd(repo string, out io.Writer) (*Containerd, error) {
 	return c, nil
 }
 
+// RuncVersion is the runc the containerd 2.x stack runs (integration/tools/runc).
+const RuncVersion = "v1.4.4"
+
+// EnsureRunc builds runc from integration/tools/runc into the cache unless it is there:
+// with seccomp (cgo and libseccomp's headers), as Debian builds it, and with the idmapped
+// mounts containerd 2.x needs to report user namespace support (Debian 12's runc 1.1 has
+// none).
+func EnsureRunc(repo string, out io.Writer) (string, error) {
+	bin := filepath.Join(CacheDir(), "runc-"+RuncVersion+"-r1", "runc")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := exec.Command("pkg-config", "--exists", "libseccomp").Run(); err != nil {
+		return "", errors.New("libseccomp's headers are missing (runc " + RuncVersion + " is built with seccomp): apt-get install -y libseccomp-dev gcc pkg-config (or make prereqs)")
+	}
+	ldflags := "-s -w -X main.version=" + strings.TrimPrefix(RuncVersion, "v")
+	if err := goBuildCgo(out, filepath.Join(repo, "integration", "tools", "runc"), bin, []string{"github.com/opencontainers/runc"}, ldflags,
+		[]string{"seccomp", "urfave_cli_no_docs"}, "runc "+RuncVersion+" (first time: about 1 minute)"); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
 // Containerd2Dir holds EnsureContainerd's build; the suffix is the build recipe's revision,
 // as for the control plane.
 func Containerd2Dir() string { return filepath.Join(CacheDir(), "containerd-"+ContainerdVersion+"-r1") }
@@ -163,9 +193,18 @@ func goBuild(out io.Writer, moduleDir, output string, pkgs []string, ldflags, wh
 	return goBuildTagged(out, moduleDir, output, pkgs, ldflags, nil, what)
 }
 
+// goBuildCgo is goBuildTagged with cgo on (tags that need C headers).
+func goBuildCgo(out io.Writer, moduleDir, output string, pkgs []string, ldflags string, tags []string, what string) error {
+	return goBuildWith(out, moduleDir, output, pkgs, ldflags, tags, true, what)
+}
+
 // goBuildTagged is goBuild with build tags; with tags, cgo is off too (a tagged build here
 // leaves out parts that need C headers, and the rest builds static).
 func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldflags string, tags []string, what string) error {
+	return goBuildWith(out, moduleDir, output, pkgs, ldflags, tags, false, what)
+}
+
+func goBuildWith(out io.Writer, moduleDir, output string, pkgs []string, ldflags string, tags []string, cgo bool, what string) error {
 	start := time.Now()
 	fmt.Fprintf(out, "building %s into %s ...\n", what, output)
 	if err := os.MkdirAll(filepath.Dir(output), 0o755); err != nil {
@@ -191,7 +230,9 @@ func goBuildTagged(out io.Writer, moduleDir, output string, pkgs []string, ldfla
 	cmd := exec.Command("go", args...)
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
-	if len(tags) > 0 {
+	if cgo {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=1")
+	} else if len(tags) > 0 {
 		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
 	}
 	cmd.Stdout, cmd.Stderr = out, out

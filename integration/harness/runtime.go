@@ -20,7 +20,8 @@ type Runtime struct {
 	Kind string `json:"kind"`
 	// Version picks the containerd: empty (or "1.6") for the machine's, Debian 12's 1.6.20
 	// package; "2" for ContainerdVersion, built from its Go module into the cache
-	// (integration/tools/containerd) and run with the machine's runc.
+	// (integration/tools/containerd) and run with runc RuncVersion, built from its module
+	// (integration/tools/runc).
 	Version string `json:"version"`
 	// PodSubnet is the bridge network's range for pod IPs.
 	PodSubnet string `json:"podSubnet"`
@@ -67,10 +68,22 @@ func (h *Harness) TestRuntimeRoot() string {
 }
 
 // containerdConfig gives the stack's containerd its own root, state and sockets, so that it
-// never meets a containerd the machine runs, and the settings these machines need. shim is
-// the runc shim to run (containerd 2.x's own), or empty for the one beside containerd.
-func (h *Harness) containerdConfig(shim string) (string, error) {
+// never meets a containerd the machine runs, and the settings these machines need. bins are
+// the containerd binaries: a shim and runc of their own (containerd 2.x), or none.
+func (h *Harness) containerdConfig(bins *Containerd) (string, error) {
 	dir := filepath.Join(h.paths.root, "containerd")
+	// A user namespace's root (a host ID from 65536 up) must be able to pass through every
+	// directory down to its sandbox's rootfs: the stack's root and the runtime's own are
+	// traversable by all, as /var/lib/containerd is (other directories of the stack keep
+	// 0700, e.g. the PKI's).
+	for _, d := range []string{h.paths.root, dir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return "", err
+		}
+	}
 	cni := filepath.Join(dir, "cni")
 	if err := os.MkdirAll(cni, 0o755); err != nil {
 		return "", err
@@ -94,7 +107,7 @@ func (h *Harness) containerdConfig(shim string) (string, error) {
 		Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"), Socket: h.ContainerdSocket(),
 		TTRPC: filepath.Join(dir, "containerd.sock.ttrpc"), Debug: filepath.Join(dir, "debug.sock"),
 		Sandbox: PauseImage, CNIConf: cni, TestHandler: TestRuntimeHandler, TestRoot: h.TestRuntimeRoot(),
-		Hosts: h.hostsDir(), Shim: shim,
+		Hosts: h.hostsDir(), Shim: bins.Shim, Runc: bins.Runc,
 	}
 	config := s.v2()
 	if h.stack.Runtime.Version == Containerd2 {
@@ -112,6 +125,7 @@ type containerdSettings struct {
 	TestHandler, TestRoot             string // the second runc handler and its runc root
 	Hosts                             string // registry hosts directory
 	Shim                              string // the runc shim's path, or empty
+	Runc                              string // the runc binary's path (v3 only)
 }
 
 // header is the part both formats share: own root, state and sockets, no metrics listener.
@@ -181,15 +195,18 @@ func (s containerdSettings) v3() string {
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       runtime_path = %[6]q
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %[7]q
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[4]s]
       runtime_type = "io.containerd.runc.v2"
       runtime_path = %[6]q
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[4]s.options]
         Root = %[3]q
+        BinaryName = %[7]q
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = %[2]q
-`, s.Sandbox, s.CNIConf, s.TestRoot, s.TestHandler, s.Hosts, s.Shim)
+`, s.Sandbox, s.CNIConf, s.TestRoot, s.TestHandler, s.Hosts, s.Shim, s.Runc)
 }
 
 // shortName fits a bridge name's 15 characters.
@@ -228,7 +245,7 @@ func (h *Harness) containerd() component {
 			if err != nil {
 				return nil, err
 			}
-			cfg, err := h.containerdConfig(bins.Shim)
+			cfg, err := h.containerdConfig(bins)
 			if err != nil {
 				return nil, err
 			}

@@ -107,7 +107,8 @@ func (h *Harness) vmComponent(n Node, f *controlPlaneFiles) component {
 				"-name", n.Name, "-machine", "q35", "-accel", "tcg", "-m", "2048", "-smp", "1",
 				"-display", "none", "-no-reboot", "-serial", "stdio", "-monitor", "none",
 				"-kernel", kernel, "-initrd", initrd,
-				"-append", "root=/dev/vda rw systemd.unified_cgroup_hierarchy=1 console=ttyS0 panic=-1 systemd.show_status=1 systemd.hostname=" + n.Name,
+				// hugepages=8: a pool of 2 MiB pages for the HugePages emptyDir test.
+				"-append", "root=/dev/vda rw systemd.unified_cgroup_hierarchy=1 console=ttyS0 panic=-1 systemd.show_status=1 hugepages=8 systemd.hostname=" + n.Name,
 				"-drive", "file=" + img + ",format=raw,if=virtio,snapshot=on",
 				"-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
 				"-virtfs", "local,path=" + h.vmShareDir(n.Name) + ",mount_tag=" + vmShareTag + ",security_model=none,readonly=on",

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,29 +157,62 @@ func TestRuntimeClassMissingOrUnknownHandler(t *testing.T) {
 	}
 }
 
-// TestHostUsersFalseRefusedNamingTheRuntime: the stack's containerd 1.6 reports no user
-// namespace support (CRI Status has no runtime handlers), so a pod with hostUsers: false
-// ends Failed, UnsupportedPodSpec, the message naming the field and the runtime as CRI
-// Version gives it, instead of running in the host's user namespace.
-func TestHostUsersFalseRefusedNamingTheRuntime(t *testing.T) {
+// TestHostUsersFalse: a pod with hostUsers: false runs in its own user namespace where
+// the runtime supports them (containerd 2.x with runc 1.4, the containerd2 stack): its
+// /proc/self/uid_map maps 0 to a block of 65536 host IDs from 65536 up, not the identity,
+// and it reads and writes its volumes (idmapped mounts). Where the runtime does not
+// (containerd 1.6 reports no handlers), the pod ends Failed, UnsupportedPodSpec, the
+// message naming the field and the runtime as CRI Version gives it, instead of running in
+// the host's user namespace.
+func TestHostUsersFalse(t *testing.T) {
 	t.Parallel()
 	waitNodeReady(t, 90*time.Second)
-	v, err := criClient(t).Runtime.Version(context.Background(), &runtimeapi.VersionRequest{})
+	ctx := context.Background()
+	rt := criClient(t).Runtime
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := busyboxPod("userns-pod", "sleep 3600")
-	p.Spec.HostUsers = ptr.To(false)
-	createPod(t, p)
-	want := "Pod was rejected: Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, " + v.RuntimeName + " " + v.RuntimeVersion +
-		", reports no support for them) are not supported by this node (unitlet)"
-	stack.WaitFor(t, time.Minute, "userns-pod Failed, UnsupportedPodSpec, in the API", func(ctx context.Context) (bool, string) {
-		got, err := admin(t).CoreV1().Pods("default").Get(ctx, "userns-pod", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	supported := false
+	for _, h := range st.GetRuntimeHandlers() {
+		if h.GetName() == "" {
+			supported = h.GetFeatures().GetUserNamespaces()
 		}
-		st := got.Status
-		return st.Phase == corev1.PodFailed && st.Reason == "UnsupportedPodSpec" && st.Message == want,
-			fmt.Sprintf("phase %s reason %q message %q", st.Phase, st.Reason, st.Message)
-	})
+	}
+	if containerd2 := stack.Stack().Runtime.Version == harness.Containerd2; supported != containerd2 {
+		t.Fatalf("the runtime (%s %s) reports user namespace support %t: want it on the containerd 2.x stack only", v.RuntimeName, v.RuntimeVersion, supported)
+	}
+	p := busyboxPod("userns-pod", "echo written-in-the-userns > /data/f; id -u > /data/id; exec sleep 3600")
+	p.Spec.HostUsers = ptr.To(false)
+	p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	createPod(t, p)
+	if !supported {
+		want := "Pod was rejected: Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, " + v.RuntimeName + " " + v.RuntimeVersion +
+			", reports no support for them) are not supported by this node (unitlet)"
+		stack.WaitFor(t, time.Minute, "userns-pod Failed, UnsupportedPodSpec, in the API", func(ctx context.Context) (bool, string) {
+			got, err := admin(t).CoreV1().Pods("default").Get(ctx, "userns-pod", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			st := got.Status
+			return st.Phase == corev1.PodFailed && st.Reason == "UnsupportedPodSpec" && st.Message == want,
+				fmt.Sprintf("phase %s reason %q message %q", st.Phase, st.Reason, st.Message)
+		})
+		return
+	}
+	apiPodRunningReady(t, "userns-pod", time.Minute)
+	fields := strings.Fields(mustInPod(t, "userns-pod", "cat", "/proc/self/uid_map"))
+	if len(fields) != 3 || fields[0] != "0" || fields[1] == "0" || fields[2] != "65536" {
+		t.Errorf("uid_map %v: want 0 mapped to a block of 65536 host IDs", fields)
+	} else if host, _ := strconv.Atoi(fields[1]); host < 65536 || host%65536 != 0 {
+		t.Errorf("uid_map %v: want a block at a multiple of 65536 from 65536 up", fields)
+	}
+	if out := mustInPod(t, "userns-pod", "sh", "-c", "cat /data/f /data/id; touch /data/g && echo touched"); out != "written-in-the-userns\n0\ntouched\n" {
+		t.Errorf("the emptyDir from inside the user namespace: %q", out)
+	}
 }

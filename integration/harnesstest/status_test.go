@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -489,4 +490,36 @@ func TestStatusNodeAPIAuthenticatesAndAuthorizes(t *testing.T) {
 	if code, body := getStatus(t, adminHTTP, base+"/metrics", ""); code != http.StatusOK || !strings.Contains(body, "unitlet_build_info") {
 		t.Errorf("GET /metrics: %d %.300s, want the service's metrics", code, body)
 	}
+}
+
+// TestStatusObservedGeneration: the pod's status and each of its conditions carry the
+// generation of the pod they were computed for (PodObservedGenerationTracking, GA in
+// v1.35), and follow a spec update (activeDeadlineSeconds set) to its new generation.
+func TestStatusObservedGeneration(t *testing.T) {
+	t.Parallel()
+	waitNodeReady(t, 90*time.Second)
+	c := admin(t)
+	createPod(t, busyboxPod("observed-gen", "while true; do sleep 1; done"))
+	p := apiPodRunningReady(t, "observed-gen", time.Minute)
+	observed := func(want int64) func(ctx context.Context) (bool, string) {
+		return func(ctx context.Context) (bool, string) {
+			p, err := c.CoreV1().Pods("default").Get(ctx, "observed-gen", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := p.Generation == want && p.Status.ObservedGeneration == want
+			got := []string{fmt.Sprintf("generation %d, status %d", p.Generation, p.Status.ObservedGeneration)}
+			for _, cond := range p.Status.Conditions {
+				ok = ok && cond.ObservedGeneration == want
+				got = append(got, fmt.Sprintf("%s %d", cond.Type, cond.ObservedGeneration))
+			}
+			return ok, strings.Join(got, ", ")
+		}
+	}
+	stack.WaitFor(t, 30*time.Second, "observedGeneration 1 on the status and its conditions", observed(p.Generation))
+	patch := []byte(`{"spec":{"activeDeadlineSeconds":3600}}`)
+	if _, err := c.CoreV1().Pods("default").Patch(context.Background(), "observed-gen", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.WaitFor(t, 30*time.Second, "observedGeneration following the spec update", observed(p.Generation+1))
 }

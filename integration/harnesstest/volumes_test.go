@@ -249,6 +249,36 @@ func TestVolumesSubPathEscapeIsRefused(t *testing.T) {
 	}
 }
 
+// TestVolumesSubPathExpr: a volumeMount's subPathExpr is expanded from the container's
+// environment (the pod's name from the downward API) at its start, as the kubelet does:
+// the container's /logs is <volume>/<pod name>; a reference to a variable the container
+// does not have keeps the container waiting in CreateContainerConfigError naming it.
+func TestVolumesSubPathExpr(t *testing.T) {
+	t.Parallel()
+	waitNodeReady(t, 90*time.Second)
+	pod := func(name, expr string) *corev1.Pod {
+		p := busyboxPod(name, "echo from-expr >/logs/f; while true; do sleep 1; done")
+		p.Spec.Volumes = []corev1.Volume{{Name: "logs", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "logs", MountPath: "/logs", SubPathExpr: expr}, {Name: "logs", MountPath: "/all"}}
+		return p
+	}
+	createPod(t, pod("vol-expr", "$(POD_NAME)/logs"))
+	createPod(t, pod("vol-expr-missing", "$(NOT_SET)"))
+	apiPodRunningReady(t, "vol-expr", time.Minute)
+	if out := strings.TrimSpace(mustInPod(t, "vol-expr", "cat", "/all/vol-expr/logs/f")); out != "from-expr" {
+		t.Errorf("/all/vol-expr/logs/f = %q, want the file written to /logs (subPathExpr $(POD_NAME)/logs)", out)
+	}
+	apiPodUntil(t, "vol-expr-missing", "waiting in CreateContainerConfigError naming the variable", time.Minute, func(p *corev1.Pod) bool {
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && w.Reason == "CreateContainerConfigError" && strings.Contains(w.Message, "missing value for NOT_SET") {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // TestVolumesKubectlRunWithTheDefaultToken is kubectl run as users type it: the pod gets
 // the kube-api-access projected volume (token, ca.crt, namespace) and starts.
 func TestVolumesKubectlRunWithTheDefaultToken(t *testing.T) {

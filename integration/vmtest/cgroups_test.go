@@ -219,7 +219,8 @@ func TestCgroupsOnTheSystemdDriver(t *testing.T) {
 // TestPodMemoryLimitOOMKillsInsideThePodCgroup: a pod's pod-level memory limit (48Mi) binds
 // its containers together: two containers of 32 MiB each, with no limits of their own, do not fit the
 // pod's, so the kernel kills one of their hogs inside the pod's slice (its memory.events
-// counts it), while the pod next to it runs on.
+// counts it), while the pod next to it runs on, its container kept from swapping (NoSwap:
+// memory.swap.max 0).
 func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	node := vmNode(t).Name
 	neighbour := runVMPod(t, vmPod("vm-oom-neighbour", map[string]string{"c": "exec sleep 100000"}))
@@ -277,6 +278,12 @@ func TestPodMemoryLimitOOMKillsInsideThePodCgroup(t *testing.T) {
 	}
 	if cs := now.Status.ContainerStatuses[0]; cs.State.Running == nil || cs.RestartCount != 0 {
 		t.Errorf("the neighbour pod was disturbed: %+v", cs)
+	}
+	// NoSwap (memorySwap.swapBehavior's default) on cgroup v2: the container may not swap,
+	// whether the guest has swap or not.
+	id := strings.TrimPrefix(now.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if got := stack.InNode(t, node, "cat", podSlice(now)+"/cri-containerd-"+id+".scope/memory.swap.max"); got != "0" {
+		t.Errorf("the neighbour's container: memory.swap.max = %q, want 0 (NoSwap)", got)
 	}
 	t.Logf("vm-oom-pod: %d OOM kills in its slice (memory.max 48Mi); the neighbour runs on", kills)
 

@@ -210,7 +210,8 @@ func TestUnitLimitsAreInTheirCgroups(t *testing.T) {
 			file := filepath.Join("systemd", unit)
 			limits := unitLimits(t, svc)
 			if st := stack.UnitProps(t, n.Name, unit, "ActiveState")["ActiveState"]; st != "active" {
-				t.Fatalf("%s on %s is %s, want active", unit, n.Name, st)
+				journal, _ := stack.Exec(n.Name, []string{"journalctl", "-u", unit, "-n", "40", "--no-pager"}).CombinedOutput()
+				t.Fatalf("%s on %s is %s, want active; its journal:\n%s", unit, n.Name, st, journal)
 			}
 			if got, want := cgroupFile(t, n.Name, unit, "memory.max"), wantMemoryMax(t, file, limits["MemoryMax"]); got != want {
 				t.Errorf("%s: memory.max = %s, want %s (%s: MemoryMax=%s)", unit, got, want, file, limits["MemoryMax"])

@@ -21,7 +21,8 @@ import (
 // directories fail with EPERM: such a pod stayed in ContainerCreating. Each volume's files
 // must belong to the fsGroup, emptyDirs must be set-group-ID so a file the container makes
 // takes the group (as the kubelet does), and the memory emptyDir must be a nosuid,nodev
-// tmpfs.
+// tmpfs. The HugePages emptyDir is a hugetlbfs of the guest's 2 MiB pages, and a variable
+// from an environment file an init container wrote (fileKeyRef) reaches the container.
 func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 	n := vmNode(t)
 	c := admin(t)
@@ -77,10 +78,13 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 	onRootMismatch := corev1.FSGroupChangeOnRootMismatch
 	mode := int32(0o440)
 	script := strings.Join([]string{
-		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem /disk /disk/old",
+		"stat -L -c 'STAT %n %g %a' /cm/a /sec/s /dapi/labels /proj/a /sub /scratch /mem /disk /disk/old /huge",
 		"echo x > /scratch/made && stat -L -c 'STAT %n %g %a' /scratch/made",
 		"echo x > /disk/made && stat -L -c 'STAT %n %g %a' /disk/made",
 		"grep ' /mem ' /proc/self/mounts | sed 's/^/MOUNT /'",
+		"grep ' /huge ' /proc/self/mounts | sed 's/^/HUGE /'",
+		"touch /huge/made && echo HUGEWRITABLE",
+		`echo "FROMFILE ${FROM_FILE-unset}"`,
 		"sed 's/^/SUB /' /sub; echo",
 		"echo DONE",
 		"exec sleep 100000",
@@ -91,9 +95,18 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  new(bool),
 			SecurityContext:               &corev1.PodSecurityContext{FSGroup: &fsGroup, RunAsUser: &user, FSGroupChangePolicy: &onRootMismatch},
+			// fileKeyRef: an environment file the init container writes into the emptyDir,
+			// read by unitlet-podsync under its unit's sandbox and system call filter.
+			InitContainers: []corev1.Container{{
+				Name: "write-env", Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"sh", "-c", `printf "GREETING='from the env file'\n" > /scratch/vars.env`},
+				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+			}},
 			Containers: []corev1.Container{{
 				Name: "c", Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh", "-c", script},
+				Env: []corev1.EnvVar{{Name: "FROM_FILE", ValueFrom: &corev1.EnvVarSource{
+					FileKeyRef: &corev1.FileKeySelector{VolumeName: "scratch", Path: "vars.env", Key: "GREETING"}}}},
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "cm", MountPath: "/cm", ReadOnly: true},
 					{Name: "sec", MountPath: "/sec"},
@@ -103,6 +116,12 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 					{Name: "scratch", MountPath: "/scratch"},
 					{Name: "mem", MountPath: "/mem"},
 					{Name: "disk", MountPath: "/disk"},
+					{Name: "huge", MountPath: "/huge"},
+				},
+				// Huge pages from the guest's pool (the kernel's hugepages=8 of 2 MiB).
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi"), "hugepages-2Mi": resource.MustParse("4Mi")},
+					Limits:   corev1.ResourceList{"hugepages-2Mi": resource.MustParse("4Mi")},
 				},
 			}},
 			Volumes: []corev1.Volume{
@@ -117,6 +136,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 				{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}},
+				{Name: "huge", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumHugePages}}},
 			},
 		},
 	}
@@ -169,7 +189,7 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 			mounts = append(mounts, rest)
 		}
 	}
-	for _, p := range []string{"/cm/a", "/sec/s", "/dapi/labels", "/proj/a", "/scratch", "/mem", "/scratch/made", "/disk", "/disk/made"} {
+	for _, p := range []string{"/cm/a", "/sec/s", "/dapi/labels", "/proj/a", "/scratch", "/mem", "/scratch/made", "/disk", "/disk/made", "/huge"} {
 		st, ok := stats[p]
 		if !ok {
 			t.Errorf("%s: not in the container's report:\n%s", p, out)
@@ -209,5 +229,20 @@ func TestFSGroupVolumesUnderTheShippedUnit(t *testing.T) {
 		if !strings.Contains(m, "nosuid") || !strings.Contains(m, "nodev") {
 			t.Errorf("mount %q: want nosuid,nodev", m)
 		}
+	}
+	// The HugePages emptyDir: a hugetlbfs of the pod's 2 MiB pages that unitlet-volumes
+	// mounted under its unit, writable by the pod's non-root user through the fsGroup.
+	if !strings.Contains(out, "FROMFILE from the env file") {
+		t.Errorf("want FROM_FILE from the init container's env file (fileKeyRef) in the container:\n%s", out)
+	}
+	if !strings.Contains(out, "hugetlbfs") || !strings.Contains(out, "pagesize=2M") || !strings.Contains(out, "HUGEWRITABLE") {
+		t.Errorf("want /huge a writable hugetlbfs of 2M pages in the container:\n%s", out)
+	}
+	node, err := c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := node.Status.Capacity["hugepages-2Mi"]; q.String() != "16Mi" {
+		t.Errorf("node capacity hugepages-2Mi %s, want the guest's 16Mi", q.String())
 	}
 }

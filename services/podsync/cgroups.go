@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -220,7 +222,8 @@ func (n *nodeCgroups) Parent(pod *corev1.Pod) string {
 }
 
 // EnsurePod makes the pod's cgroup with the pod's limits, or adopts and updates the one
-// there; a burstable pod's CPU request is added to its QoS cgroup's shares.
+// there; a burstable pod's CPU request is added to its QoS cgroup's shares (again when a
+// resize changes it).
 func (n *nodeCgroups) EnsurePod(ctx context.Context, pod *corev1.Pod) error {
 	if !n.perQOS {
 		return nil
@@ -230,11 +233,15 @@ func (n *nodeCgroups) EnsurePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := n.ensure(ctx, n.podName(pod), r); err != nil {
 		return err
 	}
+	cpu := func(p *corev1.Pod) int64 {
+		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		return req.Cpu().MilliValue()
+	}
 	n.mu.Lock()
-	_, known := n.pods[pod.UID]
+	old, known := n.pods[pod.UID]
 	n.pods[pod.UID] = pod
 	n.mu.Unlock()
-	if !known && qos == corev1.PodQOSBurstable {
+	if qos == corev1.PodQOSBurstable && (!known || cpu(old) != cpu(pod)) {
 		return n.updateQOS(ctx)
 	}
 	return nil
@@ -394,4 +401,16 @@ func (n *nodeCgroups) Sweep(active func() map[types.UID]bool, orphaned func() fu
 			}
 		}
 	}
+}
+
+// swapController reports whether the kernel controls swap in the pods' cgroup (the
+// kubelet's check of its own): memory.swap.max there on cgroup v2,
+// memory.memsw.limit_in_bytes on v1 (Path is under the memory hierarchy there).
+func (n *nodeCgroups) swapController() bool {
+	file := "memory.swap.max"
+	if !n.m.Unified() {
+		file = "memory.memsw.limit_in_bytes"
+	}
+	_, err := os.Stat(filepath.Join(n.m.Path(n.kubepods), file))
+	return err == nil
 }

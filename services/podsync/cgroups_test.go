@@ -219,6 +219,17 @@ func TestNodeCgroupsPodsAndCleanup(t *testing.T) {
 	if got := f.shares("/kubepods/besteffort"); got != 2 {
 		t.Errorf("besteffort shares = %d, want 2", got)
 	}
+	// A resize of a's CPU request: the burstable shares follow.
+	resized := testCgroupPod("a", "400m")
+	if err := n.EnsurePod(ctx, resized); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.shares("/kubepods/burstable"), cgroups.MilliCPUToShares(900); got != want {
+		t.Errorf("burstable shares after a's resize = %d, want %d (400m and 500m)", got, want)
+	}
+	if err := n.EnsurePod(ctx, a); err != nil {
+		t.Fatal(err)
+	}
 
 	// a is gone and something of it still runs in its cgroup: killed, then the cgroup is
 	// removed, as the kubelet destroys it. b is gone and empty: removed, and burstable's

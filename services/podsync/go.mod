@@ -86,6 +86,7 @@ require k8s.io/kubernetes v1.36.3
 
 require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/cyphar/filepath-securejoin v0.6.1
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/swag/cmdutils v0.27.1 // indirect
 	github.com/go-openapi/swag/conv v0.27.1 // indirect

@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Container logs: rotation by size, links in /var/log/containers.
 	d.Go("container logs", p.logs.Run)
 	// Pod directories: those of gone pods that outlived their workers.
-	d.Go("pod directories", sweepPodDirs(p.podsDir(), svc.PodContentRemovable, p.clk, log.With("component", "poddirs")))
+	d.Go("pod directories", sweepPodDirs(p.podsDir(), p.stateDir(), svc.PodContentRemovable, p.clk, log.With("component", "poddirs")))
 	// Pod sources: the static pod directory, the static pod URL, the API server, each
 	// once the Node has synced.
 	for _, src := range afterNodeSync(podSources(kc, nodeName, p.client, svc, log), p.nodes) {

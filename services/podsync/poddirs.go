@@ -16,8 +16,9 @@ import (
 const podDirsPeriod = 10 * time.Second
 
 // sweepPodDirs removes, every podDirsPeriod until ctx ends, the directories in podsDir of
-// pods whose content may go (podworker.SweepPodDirs).
-func sweepPodDirs(podsDir string, removable func() func(types.UID) bool, clk clock.WithTicker, log *slog.Logger) func(context.Context) error {
+// pods whose content may go (podworker.SweepPodDirs), and their allocation checkpoints in
+// stateDir (podworker.SweepAllocations).
+func sweepPodDirs(podsDir, stateDir string, removable func() func(types.UID) bool, clk clock.WithTicker, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if podsDir == "" {
 			<-ctx.Done()
@@ -37,6 +38,9 @@ func sweepPodDirs(podsDir string, removable func() func(types.UID) bool, clk clo
 			}
 			for _, dir := range removed {
 				log.Debug("removed a gone pod's directory", "dir", dir)
+			}
+			if err := podworker.SweepAllocations(stateDir, removable); err != nil {
+				log.Warn("sweep the pods' allocation checkpoints", "err", err)
 			}
 		}
 	}

@@ -107,6 +107,12 @@ func (h *runtimeHealth) poll(ctx context.Context) {
 			}
 		}
 	}
+	for _, rh := range st.GetRuntimeHandlers() {
+		out.RuntimeHandlers = append(out.RuntimeHandlers, &podsyncv1.RuntimeHandler{
+			Name: rh.GetName(), RecursiveReadOnlyMounts: rh.GetFeatures().GetRecursiveReadOnlyMounts(), UserNamespaces: rh.GetFeatures().GetUserNamespaces(),
+		})
+	}
+	out.Features = &podsyncv1.RuntimeFeatures{SupplementalGroupsPolicy: st.GetFeatures().GetSupplementalGroupsPolicy()}
 	h.mu.Lock()
 	h.last, h.lastAnswer = out, now
 	h.mu.Unlock()
@@ -155,12 +161,13 @@ func relistError(r *relist.Relister) error {
 }
 
 // admissionRuntime is the runtime as admission names it: CRI Version's name and version,
-// and whether Status's default handler ("") reports user namespace support. A runtime
+// whether Status's default handler ("") reports user namespace support, and which
+// handlers support recursive read-only mounts. A runtime
 // that cannot answer yet is left unnamed: what it lacks is refused all the same.
 func admissionRuntime(ctx context.Context, rt *cri.Client, log *slog.Logger) admission.Runtime {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var out admission.Runtime
+	out := admission.Runtime{Host: admission.ReadHost()}
 	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 	if err != nil {
 		log.Warn("container runtime version: admission messages will not name the runtime", "err", err)
@@ -172,10 +179,15 @@ func admissionRuntime(ctx context.Context, rt *cri.Client, log *slog.Logger) adm
 		log.Warn("container runtime status: its user namespace support is taken as absent", "err", err)
 		return out
 	}
+	out.SupplementalGroupsPolicy = st.GetFeatures().GetSupplementalGroupsPolicy()
+	out.RecursiveReadOnly = map[string]bool{}
+	out.UserNamespacesBy = map[string]bool{}
 	for _, h := range st.GetRuntimeHandlers() {
 		if h.GetName() == "" {
 			out.UserNamespaces = h.GetFeatures().GetUserNamespaces()
 		}
+		out.UserNamespacesBy[h.GetName()] = h.GetFeatures().GetUserNamespaces()
+		out.RecursiveReadOnly[h.GetName()] = h.GetFeatures().GetRecursiveReadOnlyMounts()
 	}
 	return out
 }

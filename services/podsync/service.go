@@ -282,7 +282,8 @@ func (s *Service) admitLocked(p *corev1.Pod, source string) {
 	var active []*corev1.Pod
 	for uid := range s.admitted {
 		if q := s.desired[uid]; q != nil && q.UID != p.UID && !s.terminal(uid) {
-			active = append(active, q)
+			// Counted with the resources it was allocated: a Deferred resize holds none.
+			active = append(active, s.workers.Allocated(q))
 		}
 	}
 	node, view := s.node()

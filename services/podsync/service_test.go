@@ -127,6 +127,14 @@ func (f *fakeCRI) PullImage(context.Context, *runtimeapi.PullImageRequest, ...gr
 	return &runtimeapi.PullImageResponse{}, nil
 }
 
+func (f *fakeCRI) UpdateContainerResources(context.Context, *runtimeapi.UpdateContainerResourcesRequest, ...grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	return nil, fmt.Errorf("UpdateContainerResources: not in this fake")
+}
+
+func (f *fakeCRI) ContainerStats(context.Context, *runtimeapi.ContainerStatsRequest, ...grpc.CallOption) (*runtimeapi.ContainerStatsResponse, error) {
+	return nil, fmt.Errorf("ContainerStats: not in this fake")
+}
+
 func (f *fakeCRI) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int32, error) {
 	return nil, nil, 0, nil
 }

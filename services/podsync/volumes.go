@@ -55,7 +55,7 @@ func (v *busVolumes) Prepare(ctx context.Context, pod *corev1.Pod) (map[string][
 	if err != nil {
 		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
 	}
-	return fromProto(resp.GetContainers()), nil
+	return fromProto(pod, "", resp.GetContainers())
 }
 
 // PrepareContainer asks unitlet-volumes for one container's mounts just before it starts,
@@ -75,7 +75,11 @@ func (v *busVolumes) PrepareContainer(ctx context.Context, pod *corev1.Pod, cont
 		return nil, fmt.Errorf("%s", grpcstatus.Convert(err).Message())
 	}
 	// An older unitlet-volumes answers for every container.
-	return fromProto(resp.GetContainers())[container], nil
+	mounts, err := fromProto(pod, container, resp.GetContainers())
+	if err != nil {
+		return nil, err
+	}
+	return mounts[container], nil
 }
 
 // prepareRequest is the PrepareVolumes request for pod: every container's mounts, or
@@ -88,16 +92,39 @@ func prepareRequest(pod *corev1.Pod, container string) (*volumesv1.PrepareVolume
 	return &volumesv1.PrepareVolumesRequest{Pod: b, PodSchema: payload.VolumesPod.Write, Container: container}, nil
 }
 
-func fromProto(cms []*volumesv1.ContainerMounts) map[string][]criconfig.Mount {
+// fromProto is the containers' mounts and devices by container. A container (only
+// container, when it is not empty) whose
+// volumeDevices did not all come back (a unitlet-volumes older than block volumes) is an
+// error: the container never starts without its devices.
+func fromProto(pod *corev1.Pod, container string, cms []*volumesv1.ContainerMounts) (map[string][]criconfig.Mount, error) {
 	out := map[string][]criconfig.Mount{}
+	devices := map[string]map[string]bool{}
 	for _, cm := range cms {
+		c := cm.GetContainer()
 		for _, m := range cm.GetMounts() {
-			out[cm.GetContainer()] = append(out[cm.GetContainer()], criconfig.Mount{
+			out[c] = append(out[c], criconfig.Mount{
 				ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadOnly(), Propagation: criPropagation(m.GetPropagation()),
 			})
 		}
+		for _, d := range cm.GetDevices() {
+			out[c] = append(out[c], criconfig.Mount{ContainerPath: d.GetContainerPath(), HostPath: d.GetHostPath(), ReadOnly: d.GetReadOnly(), Device: true})
+			if devices[c] == nil {
+				devices[c] = map[string]bool{}
+			}
+			devices[c][d.GetContainerPath()] = true
+		}
 	}
-	return out
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, d := range c.VolumeDevices {
+			if container != "" && c.Name != container {
+				break
+			}
+			if !devices[c.Name][d.DevicePath] {
+				return nil, fmt.Errorf("container %s: unitlet-volumes did not hand over the device of volume %s (volumeDevices): upgrade unitlet-volumes to one that serves block volumes", c.Name, d.Name)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Release asks unitlet-volumes to tear down a terminated pod's volumes. Without its

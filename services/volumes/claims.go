@@ -138,15 +138,9 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 			return nil, err
 		}
 	}
-	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		return nil, fmt.Errorf("PersistentVolume %s has volumeMode Block: unitlet-volumes does not hand block devices to containers yet (volumeDevices); use volumeMode Filesystem", pv.Name)
-	}
-	for _, c := range containers(pod) {
-		for _, d := range c.VolumeDevices {
-			if d.Name == v.Name {
-				return nil, fmt.Errorf("volume %s has volumeMode Filesystem, but is specified in volumeDevices", v.Name)
-			}
-		}
+	block := pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock
+	if err := checkVolumeMode(pod, v.Name, block); err != nil {
+		return nil, err
 	}
 	if err := m.claimOnce(pod, pvc); err != nil {
 		return nil, err
@@ -166,6 +160,9 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 		}
 	}
 	readOnly := src.ReadOnly
+	if block {
+		return m.setUpBlockClaim(ctx, pod, v, pvc, pv, readOnly)
+	}
 	switch {
 	case pv.Spec.HostPath != nil:
 		if err := hostpath.Check(pv.Spec.HostPath.Path, pv.Spec.HostPath.Type); err != nil {
@@ -175,13 +172,13 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 	case pv.Spec.Local != nil:
 		dir, err := m.mountLocal(ctx, pod, pv, readOnly)
 		if err != nil {
-			return nil, err
+			return nil, operationFailed(err)
 		}
 		return &volume{name: v.Name, plugin: pluginLocal, path: dir, readOnly: readOnly, claim: pvc.Name, source: pv.Spec.Local.Path}, nil
 	case pv.Spec.CSI != nil && m.csi != nil:
 		path, err := m.csi.SetUp(ctx, csi.Publication{Pod: pod, PV: pv, Dir: m.volumeDir(pod.UID, csi.PluginName, pv.Name), ReadOnly: readOnly})
 		if err != nil {
-			return nil, err
+			return nil, operationFailed(err)
 		}
 		return &volume{name: v.Name, plugin: csi.PluginName, path: path, readOnly: readOnly, claim: pvc.Name}, nil
 	}
@@ -201,7 +198,12 @@ func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
 	if old == nil || old.claim == "" {
 		return nil
 	}
-	if old.plugin == pluginLocal || old.plugin == csi.PluginName {
+	switch {
+	case old.block:
+		if _, err := os.Stat(old.path); err != nil {
+			return nil // the link, or the device it leads to, is gone
+		}
+	case old.plugin == pluginLocal || old.plugin == csi.PluginName:
 		if mounted, err := isMountPoint(old.path); err != nil || !mounted {
 			return nil
 		}
@@ -210,6 +212,75 @@ func (m *Manager) claimSetUp(pv *podVolumes, v *corev1.Volume) *volume {
 		return nil // its driver asks for it to be published again at each resync
 	}
 	return old
+}
+
+// checkVolumeMode checks that the pod's containers use a volume as its PV's volumeMode
+// says, with the kubelet's messages: a Block volume in volumeDevices only, a Filesystem one
+// in volumeMounts only.
+func checkVolumeMode(pod *corev1.Pod, name string, block bool) error {
+	for _, c := range containers(pod) {
+		for _, d := range c.VolumeDevices {
+			if d.Name == name && !block {
+				return fmt.Errorf("volume %s has volumeMode Filesystem, but is specified in volumeDevices", name)
+			}
+		}
+		for _, vm := range c.VolumeMounts {
+			if vm.Name == name && block {
+				return fmt.Errorf("volume %s has volumeMode Block, but is specified in volumeMounts", name)
+			}
+		}
+	}
+	return nil
+}
+
+// setUpBlockClaim makes a claim's volume of volumeMode Block ready: a local PV's block
+// device, or a CSI PV published as a device for the pod. Either way the pod's
+// <pods>/<uid>/volumeDevices/<plugin>/<pv> links to the device, the kubelet's layout, and
+// the runtime gets that link.
+func (m *Manager) setUpBlockClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, readOnly bool) (*volume, error) {
+	switch {
+	case pv.Spec.Local != nil:
+		link, err := m.mapLocalBlock(pod, pv)
+		if err != nil {
+			return nil, operationFailed(err)
+		}
+		return &volume{name: v.Name, plugin: pluginLocal, path: link, readOnly: readOnly, claim: pvc.Name, source: pv.Spec.Local.Path, block: true}, nil
+	case pv.Spec.CSI != nil && m.csi != nil:
+		link, err := m.csi.SetUpBlock(ctx, csi.Publication{Pod: pod, PV: pv, Dir: m.deviceLink(pod.UID, csi.PluginName, pv.Name), ReadOnly: readOnly})
+		if err != nil {
+			return nil, operationFailed(err)
+		}
+		return &volume{name: v.Name, plugin: csi.PluginName, path: link, readOnly: readOnly, claim: pvc.Name, block: true}, nil
+	}
+	return nil, fmt.Errorf("PersistentVolume %s has volumeMode Block and a %s source: unitlet-volumes maps local and csi block volumes", pv.Name, sourceKind(pv.Spec.PersistentVolumeSource))
+}
+
+// deviceLink is a pod's link to its block volume name of plugin:
+// <pods>/<uid>/volumeDevices/<plugin>/<name>, the kubelet's layout.
+func (m *Manager) deviceLink(uid types.UID, plugin, name string) string {
+	return filepath.Join(m.podsDir, string(uid), "volumeDevices", escapePlugin(plugin), name)
+}
+
+// mapLocalBlock links the pod to a local PV's block device. The kubelet also holds the
+// device open through a loop device while pods use it; unitlet does not (the device's
+// users are the containers that have it).
+func (m *Manager) mapLocalBlock(pod *corev1.Pod, pv *corev1.PersistentVolume) (string, error) {
+	src := pv.Spec.Local.Path
+	if !filepath.IsAbs(src) || slices.Contains(strings.Split(src, "/"), "..") {
+		return "", fmt.Errorf("invalid path: %s: an absolute path without \"..\" is required", src)
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("local PersistentVolume %s: %w", pv.Name, err)
+	}
+	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return "", fmt.Errorf("local PersistentVolume %s has volumeMode Block, but %s is not a block device", pv.Name, src)
+	}
+	link := m.deviceLink(pod.UID, pluginLocal, pv.Name)
+	if err := csi.LinkDevice(link, src); err != nil {
+		return "", fmt.Errorf("link the pod to local PersistentVolume %s's device %s: %w", pv.Name, src, err)
+	}
+	return link, nil
 }
 
 // claimOnce refuses a ReadWriteOncePod claim that another pod on the node has prepared and
@@ -255,7 +326,7 @@ func (m *Manager) mountLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.Pe
 		return "", fmt.Errorf("local PersistentVolume %s: %w", pv.Name, err)
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("local PersistentVolume %s: %s is not a directory: unitlet-volumes mounts local directories (block devices: not yet)", pv.Name, src)
+		return "", fmt.Errorf("local PersistentVolume %s: %s is not a directory: unitlet-volumes mounts local directories with volumeMode Filesystem, and hands block devices to pods with volumeMode Block (it does not format and mount a device)", pv.Name, src)
 	}
 	dir := m.volumeDir(pod.UID, pluginLocal, pv.Name)
 	if mounted, err := isMountPoint(dir); err != nil {
@@ -346,6 +417,15 @@ func (m *Manager) tearDownCSI(ctx context.Context, dir string) error {
 		return fmt.Errorf("tear down CSI volume %s: this unitlet-volumes mounts no CSI volumes", dir)
 	}
 	return m.csi.TearDown(ctx, dir)
+}
+
+// tearDownCSIBlock unpublishes a pod's CSI block volume (and unstages it when no other pod
+// uses it).
+func (m *Manager) tearDownCSIBlock(ctx context.Context, link string) error {
+	if m.csi == nil {
+		return fmt.Errorf("tear down CSI block volume %s: this unitlet-volumes mounts no CSI volumes", link)
+	}
+	return m.csi.TearDownBlock(ctx, link)
 }
 
 // UnstageOrphans unstages the CSI volumes staged on the node that no pod has published

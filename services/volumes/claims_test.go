@@ -110,6 +110,50 @@ func claimPod(uid, claim string, readOnly bool) *corev1.Pod {
 		[]corev1.VolumeMount{{Name: "data", MountPath: "/data"}})
 }
 
+// blockClaimPod is a pod whose container has claim's volume as the device /dev/xvda.
+func blockClaimPod(uid, claim string, readOnly bool) *corev1.Pod {
+	pod := testPod(uid, []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}}}, nil)
+	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	return pod
+}
+
+// A CSI claim of volumeMode Block: the container gets the pod's link as a device,
+// read-only for a read-only claim, never measured; the release takes the link down
+// through the driver, and the pod's directories go.
+func TestBlockClaimIsADevice(t *testing.T) {
+	m, f := newClaimsManager(t)
+	m.csi = &fakeCSI{}
+	block := corev1.PersistentVolumeBlock
+	f.bind("dev", "pv-dev", corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d.test", VolumeHandle: "h"}}).Spec.VolumeMode = &block
+	for _, ro := range []bool{false, true} {
+		uid := fmt.Sprintf("uid-b-%v", ro)
+		cms, err := m.Prepare(context.Background(), blockClaimPod(uid, "dev", ro))
+		if err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(m.podsDir, uid, "volumeDevices", "kubernetes.io~csi", "pv-dev")
+		if len(cms) != 1 || len(cms[0].Mounts) != 0 || len(cms[0].Devices) != 1 {
+			t.Fatalf("readOnly %v: %v, want one device and no mount", ro, cms)
+		}
+		if d := cms[0].Devices[0]; d.HostPath != link || d.ContainerPath != "/dev/xvda" || d.ReadOnly != ro || d.Volume != "data" {
+			t.Errorf("readOnly %v: device %+v, want %s at /dev/xvda read-only %v", ro, d, link, ro)
+		}
+		m.Measure()
+		for _, v := range m.List() {
+			if v.MeasureTime != nil {
+				t.Errorf("block volume %s measured: %+v", v.Name, v)
+			}
+		}
+		if err := m.Release(context.Background(), types.UID(uid)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(m.podsDir, uid, "volumeDevices")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("readOnly %v: after release, volumeDevices: %v, want it gone", ro, err)
+		}
+	}
+}
+
 func onNode(labels map[string]string) *corev1.VolumeNodeAffinity {
 	var reqs []corev1.NodeSelectorRequirement
 	for k, v := range labels {
@@ -149,7 +193,7 @@ func TestClaimsThatCannotBeMountedSayWhy(t *testing.T) {
 		"going":     "error processing PVC default/going: PVC is being deleted",
 		"lost":      "error processing PVC default/lost: PVC is not bound: it is Lost, its PersistentVolume pv-lost is gone",
 		"elsewhere": "error processing PVC default/elsewhere: found PV object pv-elsewhere but it is bound to claim other/elsewhere, not to this one",
-		"block":     "PersistentVolume pv-block has volumeMode Block",
+		"block":     "volume data has volumeMode Block, but is specified in volumeMounts",
 		"gid":       "PersistentVolume pv-gid has the annotation pv.beta.kubernetes.io/gid",
 		"far":       "MountVolume.NodeAffinity check failed for PersistentVolume pv-far: no matching NodeSelectorTerms",
 		"opts":      "PersistentVolume pv-opts sets mountOptions [noatime]",
@@ -158,6 +202,22 @@ func TestClaimsThatCannotBeMountedSayWhy(t *testing.T) {
 		var pe *ErrPrepare
 		if !errors.As(err, &pe) || pe.Volume != "data" || !strings.Contains(err.Error(), want) {
 			t.Errorf("claim %s: %v, want an ErrPrepare of volume data saying %q", claim, err, want)
+		}
+	}
+
+	// volumeMode Block: used as a device, a char device or a hostPath PV is refused, and a
+	// Filesystem volume cannot be a device.
+	f.bind("fsdev", "pv-fsdev", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}})
+	f.bind("hostblock", "pv-hostblock", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}).Spec.VolumeMode = &block
+	for claim, want := range map[string]string{
+		"block":     "local PersistentVolume pv-block has volumeMode Block, but /dev/null is not a block device",
+		"hostblock": "PersistentVolume pv-hostblock has volumeMode Block and a hostPath source: unitlet-volumes maps local and csi block volumes",
+		"fsdev":     "volume data has volumeMode Filesystem, but is specified in volumeDevices",
+	} {
+		_, err := m.Prepare(context.Background(), blockClaimPod("uid-dev-"+claim, claim, false))
+		var pe *ErrPrepare
+		if !errors.As(err, &pe) || pe.Volume != "data" || !strings.Contains(err.Error(), want) {
+			t.Errorf("claim %s as a device: %v, want an ErrPrepare of volume data saying %q", claim, err, want)
 		}
 	}
 

@@ -21,7 +21,9 @@ import (
 type CSIVolumes interface {
 	SetUp(ctx context.Context, p csi.Publication) (string, error)
 	SetUpInline(ctx context.Context, p csi.InlinePublication) (string, error)
+	SetUpBlock(ctx context.Context, p csi.Publication) (string, error)
 	TearDown(ctx context.Context, dir string) error
+	TearDownBlock(ctx context.Context, link string) error
 	UnstageOrphans(ctx context.Context) error
 	InUse() ([]string, error)
 	Stats(ctx context.Context, target string) (csi.VolumeStats, error)
@@ -36,7 +38,7 @@ func (m *Manager) setUpInlineCSI(ctx context.Context, pod *corev1.Pod, v *corev1
 	}
 	path, err := m.csi.SetUpInline(ctx, csi.InlinePublication{Pod: pod, Volume: v, Dir: m.volumeDir(pod.UID, csi.PluginName, v.Name)})
 	if err != nil {
-		return nil, err
+		return nil, operationFailed(err)
 	}
 	return &volume{name: v.Name, plugin: csi.PluginName, path: path, readOnly: ptr.Deref(v.CSI.ReadOnly, false)}, nil
 }

@@ -41,7 +41,7 @@ func (m *Manager) ExpandClaims(ctx context.Context) {
 	m.mu.Lock()
 	for _, pv := range m.pods {
 		for _, v := range pv.volumes {
-			if pv.pod != nil && v.plugin == csi.PluginName && v.claim != "" && !seen[pv.pod.Namespace+"/"+v.claim] {
+			if pv.pod != nil && v.plugin == csi.PluginName && v.claim != "" && !v.block && !seen[pv.pod.Namespace+"/"+v.claim] {
 				seen[pv.pod.Namespace+"/"+v.claim] = true
 				uses = append(uses, use{pv.pod, v})
 			}

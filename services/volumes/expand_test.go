@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,19 +17,33 @@ import (
 type fakeCSI struct {
 	expanded []int64
 	err      error
+	// setUps counts SetUp's calls; failSetUps is how many of the first fail.
+	setUps, failSetUps int
 }
 
 func (f *fakeCSI) SetUp(_ context.Context, p csi.Publication) (string, error) {
+	if f.setUps++; f.setUps <= f.failSetUps {
+		return "", errors.New("the driver says no")
+	}
 	target := filepath.Join(p.Dir, "mount")
 	return target, os.MkdirAll(target, 0o750)
 }
 func (f *fakeCSI) SetUpInline(context.Context, csi.InlinePublication) (string, error) {
 	return "", nil
 }
-func (f *fakeCSI) TearDown(_ context.Context, dir string) error { return os.RemoveAll(dir) }
-func (f *fakeCSI) UnstageOrphans(context.Context) error         { return nil }
-func (f *fakeCSI) InUse() ([]string, error)                     { return nil, nil }
-func (f *fakeCSI) NeedsRepublish(string) bool                   { return false }
+
+// SetUpBlock links the pod to /dev/null, a device every machine has.
+func (f *fakeCSI) SetUpBlock(_ context.Context, p csi.Publication) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(p.Dir), 0o750); err != nil {
+		return "", err
+	}
+	return p.Dir, os.Symlink("/dev/null", p.Dir)
+}
+func (f *fakeCSI) TearDownBlock(_ context.Context, link string) error { return os.Remove(link) }
+func (f *fakeCSI) TearDown(_ context.Context, dir string) error       { return os.RemoveAll(dir) }
+func (f *fakeCSI) UnstageOrphans(context.Context) error               { return nil }
+func (f *fakeCSI) InUse() ([]string, error)                           { return nil, nil }
+func (f *fakeCSI) NeedsRepublish(string) bool                         { return false }
 func (f *fakeCSI) Stats(context.Context, string) (csi.VolumeStats, error) {
 	return csi.VolumeStats{}, csi.ErrNoVolumeStats
 }

@@ -40,6 +40,9 @@ const (
 	pluginSecret      = "kubernetes.io/secret"
 	pluginDownwardAPI = "kubernetes.io/downward-api"
 	pluginProjected   = "kubernetes.io/projected"
+	// pluginImage is an image volume: the runtime mounts the image (CRI image mounts);
+	// podsync pulls it and adds its mounts, this service has nothing on disk for it.
+	pluginImage = "kubernetes.io/image"
 )
 
 // ErrPrepare is a volume that cannot be made ready now: a missing object, a failed type
@@ -78,7 +81,9 @@ type Manager struct {
 	// smaller bound.
 	memory *resource.Quantity
 	clk    clock.Clock
-	log    *slog.Logger
+	// backoff spaces the tries of a volume whose operation failed.
+	backoff *operationBackoff
+	log     *slog.Logger
 	// released, when set, is told of each pod whose volumes were released (its tokens are
 	// forgotten).
 	released func(types.UID)
@@ -156,11 +161,14 @@ type volume struct {
 	// when it reports none.
 	size      *volumesv1.VolumeSize
 	condition *csi.VolumeCondition
+	// block: a claim of volumeMode Block, path the pod's link to its device (never
+	// measured: a device has no file system here).
+	block bool
 }
 
 // NewManager manages volumes under podsDir (<root-dir>/pods, the kubelet's layout).
 func NewManager(o ManagerOptions) *Manager {
-	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, csi: o.CSI, recorder: o.Recorder, memory: o.Memory, released: o.Released, clk: o.Clock, log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}, fresh: make(chan struct{}, 1)}
+	return &Manager{podsDir: o.PodsDir, payloads: o.Payloads, claims: o.Claims, csi: o.CSI, recorder: o.Recorder, memory: o.Memory, released: o.Released, clk: o.Clock, backoff: newOperationBackoff(o.Clock), log: o.Log, pods: map[types.UID]*podVolumes{}, busy: map[string]time.Time{}, fresh: make(chan struct{}, 1)}
 }
 
 // ManagerOptions are what a Manager is built from.
@@ -271,9 +279,13 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 			vols[v.Name] = set
 			continue
 		}
+		if err := m.backoff.wait(pod.UID, v.Name); err != nil {
+			return nil, &ErrPrepare{Volume: v.Name, Err: err}
+		}
 		done := m.during(fmt.Sprintf("setting up volume %s of pod %s/%s", v.Name, pod.Namespace, pod.Name))
 		vol, err := m.setUp(ctx, pod, v)
 		done()
+		m.backoff.done(pod.UID, v.Name, err)
 		if err != nil {
 			return nil, &ErrPrepare{Volume: v.Name, Err: err}
 		}
@@ -287,7 +299,7 @@ func (m *Manager) prepare(ctx context.Context, pod *corev1.Pod, container string
 		// period) stays the object it was: a walk of it under way, which holds it,
 		// records its usage there.
 		if old := pv.volumes[name]; old != nil && old.plugin == v.plugin && old.path == v.path {
-			old.memory, old.readOnly, old.claim, old.source = v.memory, v.readOnly, v.claim, v.source
+			old.memory, old.readOnly, old.claim, old.source, old.block = v.memory, v.readOnly, v.claim, v.source, v.block
 			continue
 		}
 		pv.volumes[name] = v
@@ -344,13 +356,23 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 		return &volume{name: v.Name, plugin: pluginHostPath, path: v.HostPath.Path}, nil
 	case v.CSI != nil:
 		return m.setUpInlineCSI(ctx, pod, v)
+	case v.Image != nil:
+		return &volume{name: v.Name, plugin: pluginImage}, nil
 	case v.EmptyDir != nil:
 		dir := m.volumeDir(pod.UID, pluginEmptyDir, v.Name)
 		size := v.EmptyDir.SizeLimit
 		if v.EmptyDir.Medium == corev1.StorageMediumMemory {
 			size = emptydir.MemorySize(m.memory, pod, v.EmptyDir.SizeLimit)
 		}
-		if err := emptydir.Setup(dir, v.EmptyDir.Medium, size); err != nil {
+		if medium := v.EmptyDir.Medium; medium == corev1.StorageMediumHugePages || strings.HasPrefix(string(medium), string(corev1.StorageMediumHugePagesPrefix)) {
+			pageSize, err := emptydir.HugePageSize(medium, pod)
+			if err == nil {
+				err = emptydir.SetupHugePages(dir, pageSize)
+			}
+			if err != nil {
+				return nil, err
+			}
+		} else if err := emptydir.Setup(dir, v.EmptyDir.Medium, size); err != nil {
 			return nil, err
 		}
 		if sc := pod.Spec.SecurityContext; sc != nil {
@@ -374,7 +396,7 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	case v.Projected != nil:
 		plugin, memory = pluginProjected, true
 	default:
-		return nil, fmt.Errorf("unsupported volume type %s: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral and csi volumes", sourceKind(v.VolumeSource))
+		return nil, fmt.Errorf("unsupported volume type %s: unitlet-volumes serves emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral, csi and image volumes", sourceKind(v.VolumeSource))
 	}
 	payload, err := m.payloads.Payload(ctx, pod, v)
 	if err != nil {
@@ -425,9 +447,17 @@ func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume, container str
 			if vol == nil {
 				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s mounts it, but the pod has no such volume", c.Name)}
 			}
+			if vol.plugin == pluginImage {
+				continue // podsync mounts the image through the runtime
+			}
 			host := vol.path
 			if vm.SubPathExpr != "" {
-				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: subPathExpr is not supported yet; use subPath", c.Name)}
+				// Expanded from the container's environment, which podsync has: it asks
+				// for the container's mounts at each start with the subPath it expands to.
+				if container == "" {
+					continue
+				}
+				return nil, &ErrPrepare{Volume: vm.Name, Err: fmt.Errorf("container %s: its subPathExpr %q reached unitlet-volumes unexpanded: podsync expands it before the container's start (upgrade unitlet-podsync)", c.Name, vm.SubPathExpr)}
 			}
 			if vm.SubPath != "" {
 				target := m.subPathTarget(pod.UID, vm.Name, c.Name, i)
@@ -449,7 +479,18 @@ func (m *Manager) mounts(pod *corev1.Pod, vols map[string]*volume, container str
 				Volume: vm.Name, HostPath: host, ContainerPath: vm.MountPath, ReadOnly: readOnly, Propagation: propagation(vm.MountPropagation),
 			})
 		}
-		if len(cm.Mounts) > 0 {
+		for _, d := range c.VolumeDevices {
+			vol := vols[d.Name]
+			switch {
+			case vol == nil:
+				return nil, &ErrPrepare{Volume: d.Name, Err: fmt.Errorf("container %s lists it in volumeDevices, but the pod has no such volume", c.Name)}
+			case !vol.block:
+				return nil, &ErrPrepare{Volume: d.Name, Err: fmt.Errorf("container %s lists it in volumeDevices, but it is not a persistentVolumeClaim of volumeMode Block", c.Name)}
+			}
+			// As the kubelet: read-only when the pod's claim is.
+			cm.Devices = append(cm.Devices, &volumesv1.Device{Volume: d.Name, HostPath: vol.path, ContainerPath: d.DevicePath, ReadOnly: vol.readOnly})
+		}
+		if len(cm.Mounts) > 0 || len(cm.Devices) > 0 {
 			out = append(out, cm)
 		}
 	}
@@ -508,19 +549,52 @@ func (m *Manager) release(ctx context.Context, uid types.UID, since time.Time) (
 	m.mu.Lock()
 	delete(m.pods, uid)
 	m.mu.Unlock()
+	m.backoff.forget(uid)
 	if m.released != nil {
 		m.released(uid)
 	}
 	return true, nil
 }
 
-// tearDownDir removes <pods>/<uid>/volume-subpaths and <pods>/<uid>/volumes, unmounting
-// what is mounted there first: the subPaths' bind mounts before the volumes they show.
+// tearDownDir removes <pods>/<uid>/volume-subpaths, <pods>/<uid>/volumeDevices and
+// <pods>/<uid>/volumes, unmounting what is mounted there first: the subPaths' bind mounts
+// before the volumes they show.
 func (m *Manager) tearDownDir(ctx context.Context, uid types.UID) error {
 	if err := subpath.UnbindAll(filepath.Join(m.podsDir, string(uid), "volume-subpaths")); err != nil {
 		return fmt.Errorf("release the subPath mounts of pod %s: %w", uid, err)
 	}
-	base := filepath.Join(m.podsDir, string(uid), "volumes")
+	// A block volume's link: a local device's is only removed; a CSI volume's is
+	// unpublished (and unstaged after the last pod).
+	unlink := func(link string) error {
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	err := m.tearDownEach(uid, "volumeDevices", func(plugin string) func(string) error {
+		if plugin == escapePlugin(csi.PluginName) {
+			return func(link string) error { return m.tearDownCSIBlock(ctx, link) }
+		}
+		return unlink
+	})
+	if err != nil {
+		return err
+	}
+	return m.tearDownEach(uid, "volumes", func(plugin string) func(string) error {
+		switch plugin {
+		case escapePlugin(pluginLocal):
+			return tearDownLocal
+		case escapePlugin(csi.PluginName):
+			return func(dir string) error { return m.tearDownCSI(ctx, dir) }
+		}
+		return emptydir.TearDown
+	})
+}
+
+// tearDownEach tears down every entry of <pods>/<uid>/<sub>/<plugin>/ with the plugin's
+// teardown, then removes the directories.
+func (m *Manager) tearDownEach(uid types.UID, sub string, tearDownOf func(plugin string) func(string) error) error {
+	base := filepath.Join(m.podsDir, string(uid), sub)
 	plugins, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -533,14 +607,8 @@ func (m *Manager) tearDownDir(ctx context.Context, uid types.UID) error {
 		if err != nil {
 			return fmt.Errorf("release volumes of pod %s: %w", uid, err)
 		}
+		tearDown := tearDownOf(p.Name())
 		for _, n := range names {
-			tearDown := emptydir.TearDown
-			switch p.Name() {
-			case escapePlugin(pluginLocal):
-				tearDown = tearDownLocal
-			case escapePlugin(csi.PluginName):
-				tearDown = func(dir string) error { return m.tearDownCSI(ctx, dir) }
-			}
 			if err := tearDown(filepath.Join(base, p.Name(), n.Name())); err != nil {
 				return fmt.Errorf("release volume %s of pod %s: %w", n.Name(), uid, err)
 			}
@@ -572,7 +640,7 @@ func (m *Manager) OnDisk() ([]types.UID, error) {
 	}
 	var out []types.UID
 	for _, e := range entries {
-		for _, d := range []string{"volumes", "volume-subpaths"} {
+		for _, d := range podVolumeDirs {
 			if _, err := os.Stat(filepath.Join(m.podsDir, e.Name(), d)); err == nil {
 				out = append(out, types.UID(e.Name()))
 				break
@@ -582,10 +650,14 @@ func (m *Manager) OnDisk() ([]types.UID, error) {
 	return out, nil
 }
 
-// SetUpAt is when the volumes of pod uid were set up on disk: the time of its volumes (or
-// else volume-subpaths) directory; false when it has neither.
+// podVolumeDirs are the directories of a pod's volumes: its volumes, its block volumes'
+// links and its subPath mounts.
+var podVolumeDirs = []string{"volumes", "volumeDevices", "volume-subpaths"}
+
+// SetUpAt is when the volumes of pod uid were set up on disk: the time of its first
+// directory of podVolumeDirs; false when it has none.
 func (m *Manager) SetUpAt(uid types.UID) (time.Time, bool) {
-	for _, d := range []string{"volumes", "volume-subpaths"} {
+	for _, d := range podVolumeDirs {
 		if fi, err := os.Stat(filepath.Join(m.podsDir, string(uid), d)); err == nil {
 			return fi.ModTime(), true
 		}
@@ -632,7 +704,7 @@ func (m *Manager) measure(which func(*volume) bool) {
 	var pods []*corev1.Pod
 	for uid, pv := range m.pods {
 		for _, v := range pv.volumes {
-			if v.plugin != pluginHostPath && (which == nil || which(v)) {
+			if v.plugin != pluginHostPath && v.plugin != pluginImage && !v.block && (which == nil || which(v)) {
 				vols, uids, pods = append(vols, v), append(uids, uid), append(pods, pv.pod)
 			}
 		}

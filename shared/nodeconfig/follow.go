@@ -40,11 +40,11 @@ var Uses = map[string][]string{
 	"podsync": join(apiClientFields, eventFields, criFields, nodeFields, []string{
 		"staticPodPath", "podLogsDir", "syncFrequency", "fileCheckFrequency", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader",
 		"port", "clusterDomain", "clusterDNS", "resolvConf", "imageMinimumGCAge", "imageMaximumGCAge", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
-		"cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "systemReservedCgroup", "kubeReservedCgroup", "singleProcessOOMKill",
+		"cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "systemReservedCgroup", "kubeReservedCgroup", "singleProcessOOMKill", "memorySwap",
 		"seccompDefault", "allowedUnsafeSysctls", "registryPullQPS", "registryBurst", "serializeImagePulls", "maxParallelImagePulls", "featureGates",
 		"containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval",
 		"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
-		"shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
+		"shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority", "crashLoopBackOff",
 	}),
 	"status": join(apiClientFields, eventFields, criFields, nodeFields, []string{
 		"address", "port", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "serverTLSBootstrap",

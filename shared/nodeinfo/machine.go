@@ -23,6 +23,8 @@ type Machine struct {
 	CPUMilli int64
 	// MemoryBytes is MemTotal from /proc/meminfo.
 	MemoryBytes int64
+	// SwapBytes is SwapTotal from /proc/meminfo: the node's swap capacity.
+	SwapBytes int64
 	// EphemeralStorageBytes is the size of the filesystem holding the root directory.
 	EphemeralStorageBytes int64
 	// HugePages maps a page size written as a quantity ("2Mi", "1Gi") to the bytes
@@ -60,6 +62,7 @@ func readMachine(procDir, sysDir, rootDir string) (Machine, error) {
 		return Machine{}, fmt.Errorf("read %s: no MemTotal line", meminfoPath)
 	}
 	m.MemoryBytes = memTotal
+	m.SwapBytes = mi["SwapTotal"]
 
 	m.HugePages, err = readHugePages(filepath.Join(sysDir, "kernel", "mm", "hugepages"), mi)
 	if err != nil {

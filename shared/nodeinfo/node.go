@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
+	"k8s.io/utils/ptr"
 )
 
 // Identity is who the node is, as the config service settles it.
@@ -108,6 +109,11 @@ func Node(kc *kubeletconfigv1beta1.KubeletConfiguration, id Identity, m Machine)
 				Architecture:    runtime.GOARCH,
 			},
 		},
+	}
+	if m.SwapBytes > 0 {
+		// The swap capacity, as the kubelet reports it (NodeSwap, GA); none without swap
+		// (the API refuses a capacity of 0).
+		node.Status.NodeInfo.Swap = &corev1.NodeSwapStatus{Capacity: ptr.To(m.SwapBytes)}
 	}
 	if len(id.Taints) > 0 {
 		node.Spec.Taints = append([]corev1.Taint(nil), id.Taints...)

@@ -223,26 +223,16 @@ const (
 	gateEventedPLEG                            = "EventedPLEG"
 )
 
-// gate is a feature gate's state in kubelet v1.36: its default, and whether it is locked
-// to that default.
-type gate struct{ def, locked bool }
-
-func knownGates() map[string]gate {
-	return map[string]gate{
-		gateCustomCPUCFSQuotaPeriod:                {def: true},
-		gateImageMaximumGCAge:                      {def: true, locked: true},
-		gateRotateKubeletServerCertificate:         {def: true},
-		gateGracefulNodeShutdown:                   {def: true},
-		gateGracefulNodeShutdownBasedOnPodPriority: {def: true},
-		gateNodeSwap:                               {def: true, locked: true},
-		gateKubeletCrashLoopBackOffMax:             {def: true},
-		gateKubeletEnsureSecretPulledImages:        {def: true},
-		gateMemoryQoS:                              {def: false},
-		gateNodeLogQuery:                           {def: true, locked: true},
-		gateHostnameOverride:                       {def: true},
-		gateEventedPLEG:                            {def: false},
-	}
+// gate is a feature gate's state in kubelet v1.36: its default, whether it is locked to
+// that default, and its stage (ALPHA, BETA, DEPRECATED; empty for GA).
+type gate struct {
+	def, locked bool
+	stage       string
 }
+
+// knownGates are the kubelet v1.36 feature gates (gates_kubelet.go, generated from the
+// kubelet itself by `make gates`).
+func knownGates() map[string]gate { return kubeletGates }
 
 // gateSet answers whether a feature is enabled given the featureGates field.
 type gateSet map[string]bool

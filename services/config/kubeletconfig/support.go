@@ -94,6 +94,7 @@ var appliedBy = map[string]string{
 	"runtimeRequestTimeout":                  "every service's CRI client",
 	"imageServiceEndpoint":                   "every service's CRI client",
 	"failSwapOn":                             "config: refused to start with swap on",
+	"memorySwap":                             "podsync: swapBehavior NoSwap (the default) keeps containers from swapping where the kernel controls swap (memory.swap.max 0 on cgroup v2, a memory+swap limit equal to the memory limit on v1); LimitedSwap lets a Burstable pod's containers whose memory request is below their limit swap their request's share of the node's memory, of its swap (cgroup v2 only; logged and NoSwap on v1)",
 	"failCgroupV1":                           "config: refused to start on cgroup v1",
 	"singleProcessOOMKill":                   "podsync: memory.oom.group on cgroup v2",
 	"shutdownGracePeriod":                    "podsync (graceful node shutdown), status (the Node not ready at once)",
@@ -104,7 +105,8 @@ var appliedBy = map[string]string{
 	"enableSystemLogQuery":                   "status: the node log query on /logs/, the journal of the node's services (journalctl)",
 	"healthzPort":                            "status: /healthz over plain HTTP",
 	"healthzBindAddress":                     "status: /healthz over plain HTTP",
-	"featureGates":                           "config: a gate other than its default is refused unless unitlet follows it",
+	"crashLoopBackOff":                       "podsync: maxContainerRestartPeriod caps the crash-loop back-off (10s doubling, or from the cap when it is shorter), with the gate KubeletCrashLoopBackOffMax",
+	"featureGates":                           "config: every kubelet v1.36 gate is accepted at its default, one the kubelet does not have is refused, and a gate other than its default is refused unless unitlet follows it",
 }
 
 // refusedUnlessDefault are the fields Validate refuses unless they hold unitlet's value,
@@ -144,15 +146,13 @@ var notSupported = map[string]unsupported{
 	"makeIPTablesUtilChains":                    {why: "unitlet makes no iptables chains (the kubelet's KUBE-IPTABLES-HINT and KUBE-FIREWALL)", accept: []string{"false"}},
 	"iptablesMasqueradeBit":                     {why: "unitlet makes no iptables chains"},
 	"iptablesDropBit":                           {why: "unitlet makes no iptables chains"},
-	"memorySwap":                                {why: "containers get no swap (the kubelet's NoSwap)"},
 	"configMapAndSecretChangeDetectionStrategy": {why: "unitlet-volumes reads the configMaps and secrets its pods use at each pod start and again every syncFrequency (the kubelet's Get strategy), whatever the field says"},
 	"showHiddenMetricsForVersion":               {why: "unitlet has no hidden metrics"},
 	"logging":                                   {why: "each service logs text to the journal; set UNITLET_LOG_LEVEL in its unit to change the level"},
-	"crashLoopBackOff":                          {why: "the crash loop back-off is the kubelet's default (10s doubling to 5m)"},
 	"memoryThrottlingFactor":                    {why: "unitlet does not set memory.high (the kubelet's alpha MemoryQoS)"},
 	"memoryReservationPolicy":                   {why: "unitlet does not set memory.min (the kubelet's alpha MemoryQoS)"},
 	"tracing":                                   {why: "unitlet exports no traces"},
-	"userNamespaces":                            {why: "pods with hostUsers: false are refused"},
+	"userNamespaces":                            {why: "each pod's user namespace gets the default 65536 IDs"},
 }
 
 // irrelevant are the fields that change nothing on a unitlet node, and why: any valid
@@ -185,7 +185,7 @@ var gatesFollowed = []string{
 	gateRotateKubeletServerCertificate,         // off: serverTLSBootstrap is refused
 	gateGracefulNodeShutdown,                   // validation follows it: off refuses the shutdown periods
 	gateGracefulNodeShutdownBasedOnPodPriority, // likewise for shutdownGracePeriodByPodPriority
-	gateKubeletCrashLoopBackOffMax,             // off: crashLoopBackOff is refused
+	gateKubeletCrashLoopBackOffMax,             // podsync follows it; off: crashLoopBackOff is refused
 	gateKubeletEnsureSecretPulledImages,        // podsync follows it
 	gateHostnameOverride,                       // podsync follows it
 	gateEventedPLEG,                            // podsync follows it (on unless set false, unlike the kubelet)
@@ -205,7 +205,7 @@ func Unsupported(c *v1beta1.KubeletConfiguration) field.ErrorList {
 		p := field.NewPath("featureGates").Key(name)
 		switch {
 		case !ok:
-			errs = append(errs, field.Forbidden(p, fmt.Sprintf("unitlet does not know this feature gate, so it cannot follow it; remove it (the gates unitlet knows: %s)", strings.Join(sortedKeys(known), ", "))))
+			errs = append(errs, field.Forbidden(p, "unrecognized feature gate: kubelet v1.36 has no such gate; remove it"))
 		case c.FeatureGates[name] != g.def && !slices.Contains(gatesFollowed, name):
 			errs = append(errs, field.Forbidden(p, fmt.Sprintf("%t is not supported: unitlet does not implement the feature's %s state; remove the gate or set it to %t", c.FeatureGates[name], onOff(c.FeatureGates[name]), g.def)))
 		}

@@ -198,18 +198,33 @@ func TestFeatureGatesAreFollowedOrRefused(t *testing.T) {
 		Default(&c)
 		return Unsupported(&c)
 	}
-	if errs := gates(map[string]bool{"NoSuchGate": true}); len(errs) != 1 || errs[0].Field != "featureGates[NoSuchGate]" || !strings.Contains(errs[0].Detail, "does not know this feature gate") {
+	if errs := gates(map[string]bool{"NoSuchGate": true}); len(errs) != 1 || errs[0].Field != "featureGates[NoSuchGate]" || !strings.Contains(errs[0].Detail, "unrecognized feature gate") {
 		t.Errorf("an unknown gate: %v", errs)
 	}
 	if errs := gates(map[string]bool{"MemoryQoS": true}); len(errs) != 1 || !strings.Contains(errs[0].Detail, "true is not supported") {
 		t.Errorf("MemoryQoS on: %v, want it refused", errs)
 	}
 	for _, name := range gatesFollowed {
+		if _, ok := kubeletGates[name]; !ok {
+			t.Errorf("unitlet follows %s, which kubelet v1.36 does not have", name)
+		}
 		for _, on := range []bool{true, false} {
 			if errs := gates(map[string]bool{name: on}); len(errs) != 0 {
 				t.Errorf("%s=%t: %v, want it accepted", name, on, errs)
 			}
 		}
+	}
+	// Every kubelet v1.36 gate loads at its default (one fleet-wide config line must not
+	// take the node down); AllBeta turned on is refused.
+	all := map[string]bool{}
+	for name, g := range kubeletGates {
+		all[name] = g.def
+	}
+	if errs := gates(all); len(errs) != 0 {
+		t.Errorf("all %d kubelet gates at their defaults: %v", len(all), errs)
+	}
+	if errs := gates(map[string]bool{"AllBeta": true}); len(errs) != 1 || !strings.Contains(errs[0].Detail, "true is not supported") {
+		t.Errorf("AllBeta on: %v, want it refused", errs)
 	}
 	if errs := gates(map[string]bool{"MemoryQoS": false}); len(errs) != 0 {
 		t.Errorf("MemoryQoS at its default: %v", errs)

@@ -109,7 +109,7 @@ func (f failure) result() Result {
 // mirror); static pods skip the taint check; critical pods are not rejected for resources
 // (see Result.Shortfall).
 func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int, sysctls *Sysctls, rt Runtime) Result {
-	if isMirrorPod(pod) {
+	if criconfig.IsMirrorPod(pod) {
 		return Result{Admit: true}
 	}
 	if r := sysctls.check(pod); r != nil {
@@ -141,6 +141,9 @@ func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int
 		}
 	}
 
+	if r := rt.Host.refuses(pod); r != nil {
+		return *r
+	}
 	if f, why := unsupported(pod, rt); f != "" {
 		return Result{Reason: ReasonUnsupportedPodSpec, Message: fmt.Sprintf("Failed to admit pod: %s: %s by this node (unitlet)", f, why)}
 	}
@@ -156,7 +159,7 @@ func Admit(pod *corev1.Pod, node *corev1.Node, active []*corev1.Pod, maxPods int
 	if len(failures) == 0 {
 		return Result{Admit: true}
 	}
-	if isCriticalPod(pod) {
+	if criconfig.IsCriticalPod(pod) {
 		var shortfall []Insufficient
 		var rest []failure
 		for _, f := range failures {
@@ -190,7 +193,7 @@ func generalChecks(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod, max
 	if portsConflict(pod, others) {
 		failures = append(failures, failure{predicate: ReasonNodePorts, desc: descNodePorts})
 	}
-	if !isStaticPod(pod) {
+	if !criconfig.IsStaticPod(pod) {
 		_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(logr.Discard(), node.Spec.Taints, pod.Spec.Tolerations,
 			func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute },
 			false) // TaintTolerationComparisonOperators is alpha and off in the kubelet

@@ -20,14 +20,10 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 		{"container claims", "spec.containers[0].resources.claims", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 		}},
-		{"app container restart policy", "spec.containers[0].restartPolicy", func(p *corev1.Pod) {
+		{"restart rule with an action newer than v1.36's", "spec.containers[0].restartPolicyRules", func(p *corev1.Pod) {
 			p.Spec.Containers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
-		}},
-		{"restart rules", "spec.initContainers[0].restartPolicyRules", func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "busybox", RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart}}}}
-		}},
-		{"init container restart policy Never", "spec.initContainers[0].restartPolicy", func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "busybox", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever)}}
+			p.Spec.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{{Action: "RestartTheNode",
+				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
 		}},
 		{"stop signal", "spec.containers[0].lifecycle.stopSignal", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{StopSignal: ptr.To(corev1.SIGUSR1)}
@@ -50,18 +46,30 @@ func TestAdmitRefusesWhatUnitletDoesNotApply(t *testing.T) {
 	}
 }
 
+// hostUsers: false is refused, naming the runtime, where the runtime's default handler
+// reports no user namespace support; admitted where it does.
 func TestAdmitRefusesUserNamespacesNamingTheRuntime(t *testing.T) {
 	pod := testPod("p", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) })
-	for _, tc := range []struct {
-		rt   Runtime
-		want string
-	}{
-		{Runtime{Name: "containerd", Version: "1.6.20"}, "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, containerd 1.6.20, reports no support for them) are not supported by this node (unitlet)"},
-		{Runtime{Name: "containerd", Version: "2.1.0", UserNamespaces: true}, "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, containerd 2.1.0, supports them, but unitlet does not allocate their ID mappings yet) are not supported by this node (unitlet)"},
-	} {
-		r := Admit(pod, testNode(), nil, 110, nil, tc.rt)
-		if r.Admit || r.Reason != ReasonUnsupportedPodSpec || r.Message != tc.want {
-			t.Errorf("runtime %+v: got %+v, want rejected %s: %q", tc.rt, r, ReasonUnsupportedPodSpec, tc.want)
+	want := "Failed to admit pod: spec.hostUsers: user namespaces (the container runtime, containerd 1.6.20, reports no support for them) are not supported by this node (unitlet)"
+	if r := Admit(pod, testNode(), nil, 110, nil, Runtime{Name: "containerd", Version: "1.6.20"}); r.Admit || r.Reason != ReasonUnsupportedPodSpec || r.Message != want {
+		t.Errorf("containerd 1.6: got %+v, want rejected %s: %q", r, ReasonUnsupportedPodSpec, want)
+	}
+	if r := Admit(pod, testNode(), nil, 110, nil, Runtime{Name: "containerd", Version: "2.4.2", UserNamespaces: true}); !r.Admit {
+		t.Errorf("a runtime with user namespaces: got %+v, want admitted", r)
+	}
+}
+
+// Image volumes: refused on containerd before 2.1, naming the runtime; admitted on 2.1 and
+// later.
+func TestImageVolumesNeedARuntimeThatMountsImages(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "tools:1"}}}}}}
+	for v, ok := range map[string]bool{"1.6.20~ds1": false, "v2.0.5": false, "v2.1.0": true, "2.4.2": true} {
+		f, why := unsupported(pod, Runtime{Name: "containerd", Version: v})
+		if (f == "") != ok {
+			t.Errorf("containerd %s: %q %q, want admitted %t", v, f, why, ok)
+		}
+		if !ok && (f != "spec.volumes[0].image" || !strings.Contains(why, "containerd "+v)) {
+			t.Errorf("containerd %s: %q %q, want the volume and the runtime named", v, f, why)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +60,7 @@ func ContainerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, 
 		Tty:         c.TTY,
 	}
 
-	cfg.Mounts, err = criMounts(c.Name, mounts)
+	cfg.Mounts, cfg.Devices, err = criMounts(c, mounts, o.RecursiveReadOnly)
 	if err != nil {
 		return nil, "", err
 	}
@@ -71,6 +72,12 @@ func ContainerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, 
 		})
 	}
 
+	if ns := o.UserNamespace; ns != nil && ns.Mode == runtimeapi.NamespaceMode_POD {
+		// The volumes, mapped into the pod's user namespace (idmapped mounts).
+		for _, m := range cfg.Mounts {
+			m.UidMappings, m.GidMappings = ns.Uids, ns.Gids
+		}
+	}
 	sc, err := containerSecurityContext(pod, c, o)
 	if err != nil {
 		return nil, "", err
@@ -93,28 +100,89 @@ func expandAll(in []string, lookup func(string) (string, bool)) []string {
 	return out
 }
 
-// criMounts turns prepared mounts into CRI mounts; a subPath is joined to the host
-// path and must stay inside it.
-func criMounts(container string, mounts []Mount) ([]*runtimeapi.Mount, error) {
+// criMounts turns prepared mounts into CRI mounts and devices; a subPath is joined to the
+// host path and must stay inside it. A device gets the kubelet's cgroup permissions: "mrw",
+// or "r" when read-only. A volumeMount's recursiveReadOnly is applied as the kubelet
+// applies it, rro saying whether the pod's runtime handler supports it.
+func criMounts(c *corev1.Container, mounts []Mount, rro bool) ([]*runtimeapi.Mount, []*runtimeapi.Device, error) {
+	container := c.Name
 	out := make([]*runtimeapi.Mount, 0, len(mounts)+1)
+	var devices []*runtimeapi.Device
 	for i, m := range mounts {
+		if m.Image != "" {
+			// The runtime mounts the image itself (CRI image volumes), read-only.
+			out = append(out, &runtimeapi.Mount{ContainerPath: m.ContainerPath, Image: &runtimeapi.ImageSpec{Image: m.Image}, ImageSubPath: m.SubPath, Readonly: true})
+			continue
+		}
 		if m.ContainerPath == "" || m.HostPath == "" {
-			return nil, fmt.Errorf("container %s: mount %d: container and host paths are required", container, i)
+			return nil, nil, fmt.Errorf("container %s: mount %d: container and host paths are required", container, i)
+		}
+		if m.Device {
+			perms := "mrw"
+			if m.ReadOnly {
+				perms = "r"
+			}
+			devices = append(devices, &runtimeapi.Device{ContainerPath: m.ContainerPath, HostPath: m.HostPath, Permissions: perms})
+			continue
 		}
 		host := m.HostPath
 		if m.SubPath != "" {
 			sub := filepath.Clean(m.SubPath)
 			if filepath.IsAbs(sub) || sub == ".." || strings.HasPrefix(sub, "../") {
-				return nil, fmt.Errorf("container %s: mount %s: subPath %q: must be a relative path inside the volume", container, m.ContainerPath, m.SubPath)
+				return nil, nil, fmt.Errorf("container %s: mount %s: subPath %q: must be a relative path inside the volume", container, m.ContainerPath, m.SubPath)
 			}
 			host = filepath.Join(host, sub)
 		}
+		recursive, err := recursiveReadOnly(c, m, rro)
+		if err != nil {
+			return nil, nil, err
+		}
 		out = append(out, &runtimeapi.Mount{
-			ContainerPath: m.ContainerPath,
-			HostPath:      host,
-			Readonly:      m.ReadOnly,
-			Propagation:   m.Propagation,
+			ContainerPath:     m.ContainerPath,
+			HostPath:          host,
+			Readonly:          m.ReadOnly,
+			RecursiveReadOnly: recursive,
+			Propagation:       m.Propagation,
 		})
 	}
-	return out, nil
+	return out, devices, nil
+}
+
+// recursiveReadOnly is whether mount m of c is made read-only with its submounts, by its
+// volumeMount's recursiveReadOnly (found by mount path; see RecursiveReadOnly).
+func recursiveReadOnly(c *corev1.Container, m Mount, supported bool) (bool, error) {
+	i := slices.IndexFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == m.ContainerPath })
+	if i < 0 {
+		return false, nil
+	}
+	return RecursiveReadOnly(c.VolumeMounts[i], supported)
+}
+
+// RecursiveReadOnly is whether a volumeMount is made read-only with its submounts, as the
+// kubelet resolves its recursiveReadOnly, supported saying whether the pod's runtime
+// handler can: Enabled needs the support, IfPossible takes it where there is some, and
+// either needs a read-only mount without propagation. The kubelet's messages.
+func RecursiveReadOnly(vm corev1.VolumeMount, supported bool) (bool, error) {
+	if vm.RecursiveReadOnly == nil || *vm.RecursiveReadOnly == corev1.RecursiveReadOnlyDisabled {
+		return false, nil
+	}
+	if !vm.ReadOnly {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not read-only", vm.Name)
+	}
+	var on bool
+	switch *vm.RecursiveReadOnly {
+	case corev1.RecursiveReadOnlyIfPossible:
+		on = supported
+	case corev1.RecursiveReadOnlyEnabled:
+		if !supported {
+			return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not supported by the runtime", vm.Name)
+		}
+		on = true
+	default:
+		return false, fmt.Errorf("unknown recursive read-only mode %q", *vm.RecursiveReadOnly)
+	}
+	if on && vm.MountPropagation != nil && *vm.MountPropagation != corev1.MountPropagationNone {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not compatible with propagation %q", vm.Name, *vm.MountPropagation)
+	}
+	return on, nil
 }

@@ -2,6 +2,7 @@ package criconfig
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -175,6 +177,116 @@ func TestContainerConfigErrorsAndEdges(t *testing.T) {
 			}
 			if msg := tt.check(cfg, tm); msg != "" {
 				t.Error(msg)
+			}
+		})
+	}
+}
+
+// A device mount is a CRI device with the kubelet's permissions: "mrw", "r" read-only.
+func TestCRIMountsDevices(t *testing.T) {
+	mounts, devices, err := criMounts(&corev1.Container{Name: "c"}, []Mount{
+		{ContainerPath: "/data", HostPath: "/v"},
+		{ContainerPath: "/dev/xvda", HostPath: "/l/a", Device: true},
+		{ContainerPath: "/dev/xvdb", HostPath: "/l/b", Device: true, ReadOnly: true},
+	}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mounts) != 1 || len(devices) != 2 {
+		t.Fatalf("mounts %v devices %v, want one mount and two devices", mounts, devices)
+	}
+	if devices[0].Permissions != "mrw" || devices[1].Permissions != "r" || devices[1].HostPath != "/l/b" || devices[1].ContainerPath != "/dev/xvdb" {
+		t.Errorf("devices %v", devices)
+	}
+}
+
+// recursiveReadOnly as the kubelet applies it: Enabled needs the runtime's support,
+// IfPossible takes it when there is some, either needs readOnly and no propagation.
+func TestCRIMountsRecursiveReadOnly(t *testing.T) {
+	mode := func(m corev1.RecursiveReadOnlyMode) *corev1.RecursiveReadOnlyMode { return &m }
+	c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{
+		{Name: "on", MountPath: "/on", ReadOnly: true, RecursiveReadOnly: mode(corev1.RecursiveReadOnlyEnabled)},
+		{Name: "maybe", MountPath: "/maybe", ReadOnly: true, RecursiveReadOnly: mode(corev1.RecursiveReadOnlyIfPossible)},
+		{Name: "off", MountPath: "/off", ReadOnly: true, RecursiveReadOnly: mode(corev1.RecursiveReadOnlyDisabled)},
+	}}
+	mounts := []Mount{{ContainerPath: "/on", HostPath: "/a", ReadOnly: true}, {ContainerPath: "/maybe", HostPath: "/b", ReadOnly: true}, {ContainerPath: "/off", HostPath: "/c", ReadOnly: true}}
+	got, _, err := criMounts(c, mounts, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].RecursiveReadOnly || !got[1].RecursiveReadOnly || got[2].RecursiveReadOnly {
+		t.Errorf("supported: %v", got)
+	}
+	if _, _, err := criMounts(c, mounts, false); err == nil || err.Error() != `volume "on" requested recursive read-only mode, but it is not supported by the runtime` {
+		t.Errorf("Enabled without the runtime's support: %v", err)
+	}
+	got, _, err = criMounts(c, mounts[1:], false)
+	if err != nil || got[0].RecursiveReadOnly {
+		t.Errorf("IfPossible without support: %v %v, want a plain read-only mount", got, err)
+	}
+	prop := corev1.MountPropagationHostToContainer
+	c.VolumeMounts[0].MountPropagation = &prop
+	if _, _, err := criMounts(c, mounts[:1], true); err == nil || !strings.Contains(err.Error(), "not compatible with propagation") {
+		t.Errorf("with propagation: %v", err)
+	}
+}
+
+// NoSwap, where the kernel controls swap: memory.swap.max 0 on cgroup v2, a memory+swap
+// limit equal to the memory limit on v1; nothing without a swap controller.
+func TestNoSwap(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}}}}}
+	c := &pod.Spec.Containers[0]
+	if r := containerResources(pod, c, Options{SwapController: true}); r.Unified["memory.swap.max"] != "0" {
+		t.Errorf("v2: unified %v, want memory.swap.max 0", r.Unified)
+	}
+	if r := containerResources(pod, c, Options{SwapController: true, CgroupV1: true}); r.MemorySwapLimitInBytes != 64<<20 || r.Unified != nil {
+		t.Errorf("v1: memory+swap %d, unified %v; want the memory limit and no unified", r.MemorySwapLimitInBytes, r.Unified)
+	}
+	if r := containerResources(pod, c, Options{}); r.MemorySwapLimitInBytes != 0 || r.Unified != nil {
+		t.Errorf("no swap controller: %v", r)
+	}
+}
+
+// LimitedSwap, as the kubelet: a Burstable container with a memory request below its
+// limit gets its request's share of the node's memory, of the node's swap; the others,
+// critical pods and cgroup v1 get none.
+func TestLimitedSwap(t *testing.T) {
+	mem := func(req, lim string) corev1.ResourceRequirements {
+		r := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+		if req != "" {
+			r.Requests[corev1.ResourceMemory] = resource.MustParse(req)
+		}
+		if lim != "" {
+			r.Limits[corev1.ResourceMemory] = resource.MustParse(lim)
+		}
+		return r
+	}
+	o := Options{SwapController: true, LimitedSwap: true, MemoryCapacity: 4 << 30, SwapCapacity: 1 << 30}
+	for _, tc := range []struct {
+		name     string
+		r        corev1.ResourceRequirements
+		priority int32
+		v1       bool
+		want     string
+	}{
+		{"burstable, request below limit", mem("512Mi", "1Gi"), 0, false, fmt.Sprint(128 << 20)},
+		{"burstable, request without limit", mem("1Gi", ""), 0, false, fmt.Sprint(256 << 20)},
+		{"guaranteed: request equals limit", mem("1Gi", "1Gi"), 0, false, "0"},
+		{"besteffort", mem("", ""), 0, false, "0"},
+		{"critical", mem("512Mi", "1Gi"), SystemCriticalPriority, false, "0"},
+		{"cgroup v1", mem("512Mi", "1Gi"), 0, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Priority: &tc.priority, Containers: []corev1.Container{{Name: "c", Resources: tc.r}}}}
+			if !tc.r.Requests.Memory().IsZero() && tc.r.Requests.Memory().Cmp(*tc.r.Limits.Memory()) == 0 {
+				tc.r.Requests[corev1.ResourceCPU], tc.r.Limits[corev1.ResourceCPU] = resource.MustParse("1"), resource.MustParse("1")
+			}
+			opts := o
+			opts.CgroupV1 = tc.v1
+			r := containerResources(pod, &pod.Spec.Containers[0], opts)
+			if got := r.Unified["memory.swap.max"]; got != tc.want {
+				t.Errorf("memory.swap.max %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -34,6 +34,8 @@ type PodEnv struct {
 	// Services are the services the node knows, of every namespace, for the service-link
 	// variables (see ServiceLinkEnv); none on a node without an API server.
 	Services []*corev1.Service
+	// PodsDir is <root-dir>/pods, where fileKeyRef's emptyDir volumes are read.
+	PodsDir string
 }
 
 // Env resolves the container's environment as the kubelet does: envFrom sources first
@@ -242,7 +244,7 @@ func (r *envResolver) valueFrom(c *corev1.Container, src *corev1.EnvVarSource, p
 		}
 		return string(v), true, nil
 	case src.FileKeyRef != nil:
-		return "", false, fmt.Errorf("valueFrom.fileKeyRef: not supported")
+		return fileKeyValue(r.pod, src.FileKeyRef, pe.PodsDir)
 	}
 	// An empty source sets the variable to "".
 	return "", true, nil

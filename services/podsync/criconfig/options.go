@@ -45,6 +45,20 @@ type Options struct {
 	// OOMKillGroup sets memory.oom.group on each container's cgroup (cgroup v2, unless
 	// kubelet config singleProcessOOMKill), so that an OOM kill takes all its processes.
 	OOMKillGroup bool
+	// SwapController: the kernel controls swap per cgroup (memory.swap.max in podsync's
+	// own cgroup on v2, memory.memsw.limit_in_bytes on v1): containers are kept from
+	// swapping (see noSwap). CgroupV1 says which hierarchy the node has.
+	SwapController, CgroupV1 bool
+	// LimitedSwap is memorySwap.swapBehavior LimitedSwap: some containers may swap (see
+	// limitedSwap), a share of SwapCapacity, the node's swap in bytes.
+	LimitedSwap  bool
+	SwapCapacity int64
+	// RecursiveReadOnly: the pod's runtime handler supports recursive read-only mounts
+	// (CRI Status's handler features), set per pod by the caller.
+	RecursiveReadOnly bool
+	// UserNamespace is the pod's user namespace (hostUsers: false), set per pod by the
+	// caller; nil: the node's.
+	UserNamespace *runtimeapi.UserNamespace
 	// SeccompDefault makes RuntimeDefault the seccomp profile of containers that name
 	// none (kubelet config seccompDefault); otherwise they run Unconfined.
 	SeccompDefault bool
@@ -62,4 +76,11 @@ type Mount struct {
 	Propagation runtimeapi.MountPropagation
 	// SubPath, when set, is a path inside HostPath that is mounted instead of HostPath.
 	SubPath string
+	// Device: a block volume (volumeDevices) handed to the container as the device at
+	// ContainerPath, HostPath being the device (or a link to it); ReadOnly gives it read
+	// permission only.
+	Device bool
+	// Image, for an image volume, is the image the runtime mounts (read-only) at
+	// ContainerPath, SubPath a directory in it; HostPath is then empty.
+	Image string
 }

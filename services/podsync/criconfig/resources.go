@@ -22,13 +22,9 @@ const (
 	oomScoreAdjBestEffort = 1000
 )
 
-// Pod priority and class that make a pod node-critical.
 const (
-	systemCriticalPriority        = 2000000000
+	// systemNodeCriticalClass is the priority class of a node-critical pod.
 	systemNodeCriticalClass       = "system-node-critical"
-	annotationConfigSource        = "kubernetes.io/config.source"
-	annotationConfigSourceAPI     = "api"
-	annotationConfigMirror        = corev1.MirrorPodAnnotationKey
 	resourceHugePagesPrefixLength = len(corev1.ResourceHugePagesPrefix)
 )
 
@@ -62,6 +58,12 @@ func linuxResources(cpuRequest *int64, cpuLimit, memLimit int64) *runtimeapi.Lin
 	return r
 }
 
+// ContainerResources are the Linux resources of c in pod, as its container is created
+// with them: what an in-place resize gives a running container.
+func ContainerResources(pod *corev1.Pod, c *corev1.Container, o Options) *runtimeapi.LinuxContainerResources {
+	return containerResources(pod, c, o)
+}
+
 // containerResources maps the container's requests and limits (falling back to the
 // pod-level limits when the container sets none) to Linux resources.
 func containerResources(pod *corev1.Pod, c *corev1.Container, o Options) *runtimeapi.LinuxContainerResources {
@@ -86,7 +88,57 @@ func containerResources(pod *corev1.Pod, c *corev1.Container, o Options) *runtim
 	if o.OOMKillGroup {
 		r.Unified = map[string]string{"memory.oom.group": "1"}
 	}
+	if limit, ok := limitedSwap(pod, c, o); ok {
+		if r.Unified == nil {
+			r.Unified = map[string]string{}
+		}
+		r.Unified["memory.swap.max"] = strconv.FormatInt(limit, 10)
+	} else {
+		noSwap(r, o)
+	}
 	return r
+}
+
+// MaySwap reports whether c of pod may swap (memorySwap.swapBehavior LimitedSwap applies
+// to it): the kubelet refuses to resize such a container's memory request in place.
+func MaySwap(pod *corev1.Pod, c *corev1.Container, o Options) bool {
+	_, ok := limitedSwap(pod, c, o)
+	return ok
+}
+
+// limitedSwap is the swap the container may use under memorySwap.swapBehavior LimitedSwap,
+// as the kubelet gives it: on cgroup v2 with a swap controller, to a container of a
+// Burstable pod that is not critical and whose memory request is set and below its limit
+// (or it has none), its request's share of the node's memory, of the node's swap. ok is
+// false when the container gets none (NoSwap).
+func limitedSwap(pod *corev1.Pod, c *corev1.Container, o Options) (limit int64, ok bool) {
+	if !o.LimitedSwap || !o.SwapController || o.CgroupV1 || IsCriticalPod(pod) || QOSClass(pod) != corev1.PodQOSBurstable {
+		return 0, false
+	}
+	req, lim := c.Resources.Requests.Memory(), c.Resources.Limits.Memory()
+	if req.IsZero() && lim.IsZero() || req.Cmp(*lim) == 0 {
+		return 0, false
+	}
+	if o.MemoryCapacity <= 0 || req.Value() > o.MemoryCapacity {
+		return 0, false
+	}
+	return int64(float64(req.Value()) / float64(o.MemoryCapacity) * float64(o.SwapCapacity)), true
+}
+
+// noSwap keeps the container from swapping, the kubelet's NoSwap (memorySwap.swapBehavior's
+// default) where the kernel has a swap controller: memory.swap.max 0 on cgroup v2, and on
+// v1 a memory+swap limit equal to the memory limit.
+func noSwap(r *runtimeapi.LinuxContainerResources, o Options) {
+	switch {
+	case !o.SwapController:
+	case o.CgroupV1:
+		r.MemorySwapLimitInBytes = r.MemoryLimitInBytes
+	default:
+		if r.Unified == nil {
+			r.Unified = map[string]string{}
+		}
+		r.Unified["memory.swap.max"] = "0"
+	}
 }
 
 // QOSClass is the pod's QoS class: status.qosClass when set, else computed from the
@@ -180,16 +232,7 @@ func OOMScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 }
 
 func isNodeCritical(pod *corev1.Pod) bool {
-	if pod.Spec.PriorityClassName != systemNodeCriticalClass {
-		return false
-	}
-	if src, ok := pod.Annotations[annotationConfigSource]; ok && src != annotationConfigSourceAPI {
-		return true // static pod
-	}
-	if _, ok := pod.Annotations[annotationConfigMirror]; ok {
-		return true
-	}
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
+	return pod.Spec.PriorityClassName == systemNodeCriticalClass && IsCriticalPod(pod)
 }
 
 func isSidecar(pod *corev1.Pod, c *corev1.Container) bool {

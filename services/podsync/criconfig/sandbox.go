@@ -181,7 +181,7 @@ func sandboxLinux(pod *corev1.Pod, o Options) (*runtimeapi.LinuxPodSandboxConfig
 		parent = o.CgroupParent(pod)
 	}
 	sc := &runtimeapi.LinuxSandboxSecurityContext{
-		NamespaceOptions: namespaceOptions(pod),
+		NamespaceOptions: namespaceOptions(pod, o),
 		Privileged:       hasPrivilegedContainer(pod),
 		// The sandbox (pause) process always runs with the runtime's default profile.
 		Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
@@ -231,12 +231,13 @@ func sandboxLinux(pod *corev1.Pod, o Options) (*runtimeapi.LinuxPodSandboxConfig
 
 // namespaceOptions: hostNetwork/hostPID/hostIPC share the node's namespaces; otherwise
 // network and IPC belong to the pod, and PID to each container unless the pod shares
-// its process namespace.
-func namespaceOptions(pod *corev1.Pod) *runtimeapi.NamespaceOption {
+// its process namespace. A pod with hostUsers: false has the user namespace o gives it.
+func namespaceOptions(pod *corev1.Pod, o Options) *runtimeapi.NamespaceOption {
 	ns := &runtimeapi.NamespaceOption{
-		Network: runtimeapi.NamespaceMode_POD,
-		Pid:     runtimeapi.NamespaceMode_CONTAINER,
-		Ipc:     runtimeapi.NamespaceMode_POD,
+		Network:       runtimeapi.NamespaceMode_POD,
+		Pid:           runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:           runtimeapi.NamespaceMode_POD,
+		UsernsOptions: o.UserNamespace,
 	}
 	if pod.Spec.HostNetwork {
 		ns.Network = runtimeapi.NamespaceMode_NODE

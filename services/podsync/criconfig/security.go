@@ -84,7 +84,7 @@ func effectiveSecurityContext(pod *corev1.Pod, c *corev1.Container) corev1.Secur
 func containerSecurityContext(pod *corev1.Pod, c *corev1.Container, o Options) (*runtimeapi.LinuxContainerSecurityContext, error) {
 	sc := effectiveSecurityContext(pod, c)
 	out := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions: namespaceOptions(pod),
+		NamespaceOptions: namespaceOptions(pod, o),
 		Privileged:       sc.Privileged != nil && *sc.Privileged,
 		ReadonlyRootfs:   sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem,
 		NoNewPrivs:       sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation,

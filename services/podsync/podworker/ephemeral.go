@@ -73,9 +73,13 @@ func ephemeralSpec(pod *corev1.Pod, name string) *corev1.EphemeralContainer {
 // containerConfig is the CRI config of one instance of c: an ephemeral container's
 // (with its target's process namespace) when c is one, else the regular one.
 func (w *worker) criConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, rp *relist.Pod, restartCount int, mounts []criconfig.Mount, pe criconfig.PodEnv) (*runtimeapi.ContainerConfig, string, error) {
+	o, err := w.podOptions(pod)
+	if err != nil {
+		return nil, "", err
+	}
 	ec := ephemeralSpec(pod, c.Name)
 	if ec == nil {
-		return criconfig.ContainerConfig(ctx, pod, c, restartCount, mounts, pe, w.m.o.Objects, w.m.o.CRI)
+		return criconfig.ContainerConfig(ctx, pod, c, restartCount, mounts, pe, w.m.o.Objects, o)
 	}
 	target := ""
 	if ec.TargetContainerName != "" {
@@ -86,7 +90,7 @@ func (w *worker) criConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 		}
 		target = t.ID
 	}
-	return criconfig.EphemeralContainerConfig(ctx, pod, ec, restartCount, target, mounts, pe, w.m.o.Objects, w.m.o.CRI)
+	return criconfig.EphemeralContainerConfig(ctx, pod, ec, restartCount, target, mounts, pe, w.m.o.Objects, o)
 }
 
 // ephemeralContainers are the pod's ephemeral containers as containers (their common
@@ -118,7 +122,7 @@ func (w *worker) ephemeralStatuses(pod *corev1.Pod, rp *relist.Pod, sb *relist.S
 		cs.Ready, cs.Started = false, nil
 		cur := rp.Latest(c.Name)
 		if cur != nil && cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cs.State.Waiting != nil &&
-			(pod.DeletionTimestamp != nil || !shouldRestart(pod.Spec.RestartPolicy, cur)) {
+			(pod.DeletionTimestamp != nil || !shouldRestart(pod, &c, cur)) {
 			cs.State = corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated}
 			cs.LastTerminationState = corev1.ContainerState{}
 		}

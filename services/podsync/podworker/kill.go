@@ -31,8 +31,9 @@ func gracePeriod(pod *corev1.Pod, override *int64) time.Duration {
 }
 
 // killPod stops every running container of the pod in parallel (each after its preStop
-// hook; sidecars after the app containers, in reverse order), then its sandboxes.
-func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, grace *int64, reasonFmt string) error {
+// hook; sidecars after the app containers, in reverse order), then its sandboxes. Between
+// the two, stopped (when set) runs once any container was stopped and a sandbox is left.
+func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, grace *int64, reasonFmt string, stopped ...func()) error {
 	if rp == nil {
 		return nil
 	}
@@ -71,6 +72,11 @@ func (w *worker) killPod(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, g
 	}
 	if w.m.o.Probes != nil {
 		w.m.o.Probes.RemovePod(pod.UID)
+	}
+	if len(running) > 0 && rp.ReadySandbox() != nil {
+		for _, f := range stopped {
+			f()
+		}
 	}
 	for _, sb := range rp.Sandboxes {
 		if !sb.Ready {
@@ -111,6 +117,8 @@ const (
 	ReasonStartupProbe  KillReason = "StartupProbe"
 	// ReasonUnknown: the runtime no longer knows the instance's state (killUnknown).
 	ReasonUnknown KillReason = "Unknown"
+	// ReasonResize: a resize whose resizePolicy restarts the container (resize.go).
+	ReasonResize KillReason = "Resize"
 )
 
 // kill is how one container is to be stopped.

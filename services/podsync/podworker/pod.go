@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/unitlet/unitlet/services/podsync/criconfig"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/unitlet/unitlet/services/podsync/criconfig"
 )
 
 // worker runs one pod.
@@ -26,6 +27,8 @@ type worker struct {
 	// acted is set when a sync changed something in the runtime (killPod's goroutines set
 	// it too): the sync then reads the pod's state again before reporting.
 	acted atomic.Bool
+	// specMu keeps one new version of the pod (setSpec, retryResize) taken at a time.
+	specMu sync.Mutex
 
 	mu             sync.Mutex
 	pod            *corev1.Pod
@@ -40,9 +43,16 @@ type worker struct {
 	reported       []byte // the last reported state, to report only changes
 	startTime      time.Time
 	lastConditions []corev1.PodCondition
+	// desired is the pod as its source last gave it; pod is desired with the allocated
+	// resources (see allocation and resize.go).
+	desired *corev1.Pod
+	alloc   allocation
+	resize  resizeState
 	// mounts are the containers' volume mounts prepared for mountsFor.
 	mounts    map[string][]criconfig.Mount
 	mountsFor *corev1.Pod
+	// volumeFailures counts the pod's prepares that failed in a row.
+	volumeFailures int
 	// cgroupFor is the pod version whose cgroup was last made or adopted.
 	cgroupFor *corev1.Pod
 	// disruption is the DisruptionTarget condition of an evicted pod, nil otherwise.
@@ -63,6 +73,11 @@ type worker struct {
 	// longer knew their state (killUnknown), and when the kill was asked: an app container
 	// among them that did not finish before it is started again whatever the restart policy.
 	unknownKilled map[string]instanceSeen
+	// resetCounts are, by container name, the restart count a container shows since its
+	// pod restarted all its containers (restartall.go); resetWaiting the containers so
+	// removed whose next instance is not made yet.
+	resetCounts  map[string]int32
+	resetWaiting map[string]bool
 }
 
 // instanceSeen is a moment of a container instance on the manager's clock.
@@ -80,8 +95,21 @@ type restartRequest struct {
 type waitingState struct{ reason, message string }
 
 func newWorker(m *Manager, pod *corev1.Pod, source string) *worker {
+	alloc := m.allocate(pod)
+	inProgress := false
+	for name, r := range alloc.Containers {
+		if act, ok := alloc.Actuated[name]; ok && cpuMemory(act) != cpuMemory(r) {
+			inProgress = true // a resize a podsync before this one allocated
+		}
+	}
 	return &worker{
-		m: m, uid: pod.UID, source: source, pod: pod,
+		m: m, uid: pod.UID, source: source, desired: pod, pod: alloc.apply(pod, alloc.differs(pod)), alloc: alloc,
+		resize: resizeState{inProgress: inProgress},
+		// A pod the API is deleting is terminating from the worker's first sync: the worker
+		// may sync before setSpec runs (it starts first), and a sync that took it for a
+		// running pod would start its containers again (fault run of 0c162cb: a deleted
+		// pod's completed init container run again by a restarted podsync).
+		terminating: pod.DeletionTimestamp != nil, grace: pod.DeletionGracePeriodSeconds,
 		firstSeen:     m.o.Clock.Now(),
 		wake:          make(chan struct{}, 1),
 		restarts:      map[string]restartRequest{},
@@ -103,17 +131,43 @@ func (w *worker) poke() {
 // what the pod should be (needsSync); a change of its status alone, which each write of
 // the pod's own status brings back, only replaces the copy.
 func (w *worker) setSpec(pod *corev1.Pod) {
+	w.specMu.Lock()
+	defer w.specMu.Unlock()
 	w.mu.Lock()
 	old := w.pod
+	w.desired = pod
+	w.mu.Unlock()
+	pod, resizeChanged := w.takeSpec(pod)
+	w.mu.Lock()
 	w.pod = pod
 	if pod.DeletionTimestamp != nil && !w.terminating {
 		w.terminating = true
 		w.grace = pod.DeletionGracePeriodSeconds
 	}
 	w.mu.Unlock()
-	if needsSync(old, pod) {
+	if needsSync(old, pod) || resizeChanged {
 		w.poke()
 	}
+}
+
+// retryResize takes the desired pod again while a resize of it waits (Deferred): the
+// other pods may have made room.
+func (w *worker) retryResize() {
+	w.mu.Lock()
+	deferred := w.resize.pending != nil && w.resize.pending.Reason == corev1.PodReasonDeferred
+	desired := w.desired
+	w.mu.Unlock()
+	if !deferred || desired == nil {
+		return
+	}
+	w.specMu.Lock()
+	defer w.specMu.Unlock()
+	pod, _ := w.takeSpec(desired)
+	w.mu.Lock()
+	if w.desired == desired {
+		w.pod = pod
+	}
+	w.mu.Unlock()
 }
 
 // needsSync reports whether a new version of a pod asks for a sync, by the kubelet's rule

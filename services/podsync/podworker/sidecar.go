@@ -84,7 +84,7 @@ func (w *worker) syncInitContainers(ctx context.Context, pod *corev1.Pod, rp *re
 		case cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && side:
 			start = append(start, i)
 		case cur.State == runtimeapi.ContainerState_CONTAINER_EXITED && cur.ExitCode != 0:
-			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !abandonedStart(cur) {
+			if !shouldRestart(pod, c, cur) {
 				return false, 0, nil // the pod has failed
 			}
 			start = append(start, i)
@@ -135,12 +135,10 @@ func (w *worker) hasStarted(pod *corev1.Pod, c *corev1.Container) bool {
 // and none is running or will be restarted: the pod's work is done, and its sidecars are
 // to be stopped rather than kept or restarted (the kubelet kills the pod then).
 func appsFinished(pod *corev1.Pod, rp *relist.Pod, sbID string) bool {
-	if pod.Spec.RestartPolicy == corev1.RestartPolicyAlways {
-		return false
-	}
 	for i := range pod.Spec.Containers {
-		cur := latestIn(rp, pod.Spec.Containers[i].Name, sbID)
-		if cur == nil || cur.State != runtimeapi.ContainerState_CONTAINER_EXITED || shouldRestart(pod.Spec.RestartPolicy, cur) {
+		c := &pod.Spec.Containers[i]
+		cur := latestIn(rp, c.Name, sbID)
+		if cur == nil || cur.State != runtimeapi.ContainerState_CONTAINER_EXITED || shouldRestart(pod, c, cur) {
 			return false
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,12 @@ import (
 
 // runSandbox makes the pod's sandbox: its log directory, then RunPodSandbox.
 func (w *worker) runSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (*relist.Sandbox, error) {
-	cfg, err := criconfig.SandboxConfig(pod, attempt, w.m.o.CRI)
+	o, err := w.podOptions(pod)
+	if err != nil {
+		w.sandboxFailed(pod, err)
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	cfg, err := criconfig.SandboxConfig(pod, attempt, o)
 	if err != nil {
 		w.sandboxFailed(pod, err)
 		return nil, fmt.Errorf("sandbox config: %w", err)
@@ -79,8 +85,12 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if prev := rp.Latest(c.Name); prev != nil {
 		restartCount = int(prev.Attempt) + 1
 	}
+	if n, _ := w.restartedAll(c.Name, false); int(n) > restartCount {
+		// Its instances were removed by a restart of all the pod's containers.
+		restartCount = int(n)
+	}
 	ips := w.podIPs(pod, sb)
-	pe := criconfig.PodEnv{PodIPs: ips}
+	pe := criconfig.PodEnv{PodIPs: ips, PodsDir: w.m.o.CRI.PodsDir}
 	if len(ips) > 0 {
 		pe.PodIP = ips[0]
 	}
@@ -98,8 +108,13 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		// As the kubelet, resolve subPaths at every start: the volume's content may have
 		// changed since the pod's volumes were prepared. The container's own mounts only:
 		// another container's refused subPath is that container's error, not this one's.
-		var err error
-		if cm, err = w.m.o.Volumes.PrepareContainer(ctx, pod, c.Name); err != nil {
+		// A subPathExpr is expanded from the container's environment first, and
+		// unitlet-volumes gets it as the subPath it expands to.
+		prepared, err := w.expandSubPathExprs(ctx, pod, c, pe)
+		if err == nil {
+			cm, err = w.m.o.Volumes.PrepareContainer(ctx, prepared, c.Name)
+		}
+		if err != nil {
 			w.setWaiting(c.Name, "CreateContainerConfigError", err.Error())
 			w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 			return fmt.Errorf("container %s: %w", c.Name, err)
@@ -111,6 +126,11 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		}
 		cm = mounts[c.Name]
 	}
+	images, err := w.imageVolumeMounts(ctx, pod, c, sbCfg)
+	if err != nil {
+		return err
+	}
+	cm = append(cm, images...)
 	cfg, termPath, err := w.containerConfig(ctx, pod, c, rp, restartCount, ips, cm, pe)
 	if err == nil {
 		err = w.verifyRunAsNonRoot(ctx, pod, c)
@@ -139,6 +159,7 @@ func (w *worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		return fmt.Errorf("create container %s: %w", c.Name, err)
 	}
 	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
+	w.actuated(pod, c.Name, c.Resources)
 	if err := w.m.journal.begin(created.ContainerId); err != nil {
 		return fmt.Errorf("record the start of container %s: %w", c.Name, err)
 	}
@@ -317,6 +338,44 @@ func (w *worker) verifyRunAsNonRoot(ctx context.Context, pod *corev1.Pod, c *cor
 }
 
 // hasSubPath reports whether one of c's volumeMounts has a subPath.
+// imageVolumeMounts pulls the image volumes c mounts (each with its pullPolicy and the
+// pod's pull secrets, as the container's image) and returns their mounts: the runtime
+// mounts each image read-only, at its subPath when the volumeMount has one.
+func (w *worker) imageVolumeMounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbCfg *runtimeapi.PodSandboxConfig) ([]criconfig.Mount, error) {
+	var out []criconfig.Mount
+	for _, vm := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name && v.Image != nil })
+		if i < 0 {
+			continue
+		}
+		src := pod.Spec.Volumes[i].Image
+		// Pulled as the container's own image is, its waiting reasons and events the
+		// container's.
+		puller := &corev1.Container{Name: c.Name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
+		if err := w.ensureImage(ctx, pod, puller, sbCfg); err != nil {
+			return nil, fmt.Errorf("image volume %s: %w", vm.Name, err)
+		}
+		out = append(out, criconfig.Mount{ContainerPath: vm.MountPath, Image: src.Reference, SubPath: vm.SubPath, ReadOnly: true})
+	}
+	return out, nil
+}
+
+// expandSubPathExprs is pod with c's subPathExprs expanded (pod itself when c has none).
+func (w *worker) expandSubPathExprs(ctx context.Context, pod *corev1.Pod, c *corev1.Container, pe criconfig.PodEnv) (*corev1.Pod, error) {
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.SubPathExpr != "" }) {
+		return pod, nil
+	}
+	var err error
+	if pe.Services, err = w.services(); err != nil {
+		return nil, err
+	}
+	expanded, err := criconfig.ExpandSubPathExprs(ctx, pod, c, pe, w.m.o.Objects)
+	if err != nil {
+		return nil, err
+	}
+	return criconfig.WithContainer(pod, expanded), nil
+}
+
 func hasSubPath(c *corev1.Container) bool {
 	for _, vm := range c.VolumeMounts {
 		if vm.SubPath != "" || vm.SubPathExpr != "" {

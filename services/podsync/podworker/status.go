@@ -3,6 +3,7 @@ package podworker
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,7 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 	initDone = initDone || appRan
 
 	out.EphemeralContainerStatuses = w.ephemeralStatuses(pod, rp, sb, waiting)
+	out.AllocatedResources, out.Resources = w.podResources(pod)
 
 	out.Phase = phase(pod, out.InitContainerStatuses, out.ContainerStatuses, initDone)
 	if st.killReason != "" {
@@ -118,13 +120,23 @@ func (w *worker) status(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodSta
 		readyCondition(pod, ready, crReason, crMsg),
 		cond(corev1.PodScheduled, true, "", ""),
 	}
+	if c := allRestartingCondition(pod, rp, out.Phase); c != nil {
+		out.Conditions = append(out.Conditions, *c)
+	}
 	if initDone {
 		out.Conditions[1] = cond(corev1.PodInitialized, true, "", "")
 	}
+	out.Conditions = append(out.Conditions, w.resizeConditions()...)
 	if st.disruption != nil {
 		// An evicted pod's DisruptionTarget, first, as the kubelet copies it in before the
 		// conditions it owns.
 		out.Conditions = append([]corev1.PodCondition{*st.disruption}, out.Conditions...)
+	}
+	// The generation of the pod this status is for, on the pod and each condition, as
+	// the v1.36 kubelet reports it (PodObservedGenerationTracking, GA).
+	out.ObservedGeneration = pod.Generation
+	for i := range out.Conditions {
+		out.Conditions[i].ObservedGeneration = pod.Generation
 	}
 	w.keepTransitionTimes(&out)
 	limitTerminationMessages(pod, &out)
@@ -269,7 +281,13 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 	if n := apiRestartCount(pod, c.Name, init); n > cs.RestartCount {
 		cs.RestartCount = n
 	}
+	// A restart of all the pod's containers removed its instances (restartall.go).
+	resetCount, resetWaiting := w.restartedAll(c.Name, len(insts) > 0)
+	cs.RestartCount = max(cs.RestartCount, resetCount)
 	wt, isWaiting := waiting[c.Name]
+	if resetWaiting && !isWaiting {
+		wt, isWaiting = waitingState{reason: reasonRestartingAll, message: messageRestartingAll}, true
+	}
 	if cur != nil && abandonedStart(cur) {
 		// It never ran: waiting for its next start, the instance before it as lastState.
 		if !isWaiting {
@@ -318,9 +336,25 @@ func (w *worker) containerStatus(pod *corev1.Pod, c *corev1.Container, rp *relis
 		// kubelet shows it, so that the pod stays Running while its container restarts.
 		cs.LastTerminationState.Terminated = w.terminatedState(c, prev)
 	}
+	if resetCount > 0 && prev == nil && cs.LastTerminationState.Terminated == nil && (cur != nil || resetWaiting) {
+		// The instance before was removed by the restart of all containers: that is its
+		// last state, as the kubelet carries it over.
+		cs.LastTerminationState.Terminated = restartedAllState()
+	}
 	if cs.Started == nil {
 		f := false
 		cs.Started = &f
+	}
+	cs.VolumeMounts = w.volumeMountStatuses(pod, c)
+	if ephemeralSpec(pod, c.Name) == nil {
+		// Resizable containers only: the API server takes a running container's resources
+		// as the node's support for resize.
+		cs.AllocatedResources, cs.Resources = w.containerResources(c, cs.State.Running != nil)
+	}
+	if cur != nil && cur.User != nil {
+		// The identity the runtime reports the container runs as, as the kubelet shows it.
+		u := cur.User
+		cs.User = &corev1.ContainerUser{Linux: &corev1.LinuxContainerUser{UID: u.GetUid(), GID: u.GetGid(), SupplementalGroups: u.GetSupplementalGroups()}}
 	}
 	return cs
 }
@@ -334,9 +368,9 @@ func (w *worker) willRestart(pod *corev1.Pod, c *corev1.Container, cur *relist.C
 	case init && isSidecar(c):
 		return true
 	case init:
-		return abandonedStart(cur) || cur.ExitCode != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever
+		return abandonedStart(cur) || cur.ExitCode != 0 && shouldRestart(pod, c, cur)
 	}
-	return shouldRestart(pod.Spec.RestartPolicy, cur) || w.killedUnknown(cur)
+	return shouldRestart(pod, c, cur) || w.killedUnknown(cur)
 }
 
 func (w *worker) containerID(id string) string {
@@ -384,8 +418,18 @@ func terminalPhase(apps []corev1.ContainerStatus) corev1.PodPhase {
 // a new sandbox runs its init containers again: the kubelet's phase falls back to Pending
 // then, a status going backwards that unitlet does not report.
 func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bool) corev1.PodPhase {
-	pendingInit, pendingSidecars, failedInit := 0, 0, 0
-	running, waiting, stopped, succeeded := 0, 0, 0, 0
+	pendingInit, pendingSidecars, failedInit, failedInitFinal := 0, 0, 0, 0
+	running, waiting, stopped, stoppedFinal, succeeded := 0, 0, 0, 0, 0
+	// final reports whether a container of spec that exited with the code will not be
+	// restarted (its restart rules and policy, or the pod's).
+	// A container that a restart of all containers removed is restarting.
+	final := func(spec []corev1.Container, i int, t *corev1.ContainerStateTerminated) bool {
+		c := &corev1.Container{} // a status without its spec: the pod's policy decides
+		if i < len(spec) {
+			c = &spec[i]
+		}
+		return t.Reason != reasonRestartingAll && !containerShouldRestart(pod, c, t.ExitCode)
+	}
 	for i, s := range inits {
 		if i < len(pod.Spec.InitContainers) && isSidecar(&pod.Spec.InitContainers[i]) {
 			switch {
@@ -406,13 +450,19 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bo
 		case s.State.Terminated != nil && s.State.Terminated.ExitCode == 0:
 		case s.State.Terminated != nil:
 			failedInit++
+			if final(pod.Spec.InitContainers, i, s.State.Terminated) {
+				failedInitFinal++
+			}
 		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil && s.LastTerminationState.Terminated.ExitCode != 0:
 			failedInit++
+			if final(pod.Spec.InitContainers, i, s.LastTerminationState.Terminated) {
+				failedInitFinal++
+			}
 		default:
 			pendingInit++
 		}
 	}
-	for _, s := range apps {
+	for i, s := range apps {
 		switch {
 		case s.State.Running != nil:
 			running++
@@ -421,14 +471,22 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bo
 			if s.State.Terminated.ExitCode == 0 {
 				succeeded++
 			}
+			if final(pod.Spec.Containers, i, s.State.Terminated) {
+				stoppedFinal++
+			}
 		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
 			stopped++
+			if final(pod.Spec.Containers, i, s.LastTerminationState.Terminated) {
+				stoppedFinal++
+			}
 		default:
 			waiting++
 		}
 	}
+	// The kubelet's getPhase with ContainerRestartRules (beta, on in v1.36): each
+	// container's own rules and policy, falling back to the pod's, decide what restarts.
 	switch {
-	case failedInit > 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+	case failedInitFinal > 0:
 		return corev1.PodFailed
 	case (pendingInit > 0 || failedInit > 0 || pendingSidecars > 0) && !initialized:
 		return corev1.PodPending
@@ -438,15 +496,38 @@ func phase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, initialized bo
 		return corev1.PodRunning
 	case stopped > 0:
 		switch {
-		case pod.Spec.RestartPolicy == corev1.RestartPolicyAlways:
-			return corev1.PodRunning
+		case stopped != stoppedFinal:
+			return corev1.PodRunning // at least one of them is restarting
 		case stopped == succeeded:
 			return corev1.PodSucceeded
-		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
-			return corev1.PodFailed
 		default:
-			return corev1.PodRunning
+			return corev1.PodFailed
 		}
 	}
 	return corev1.PodPending
+}
+
+// volumeMountStatuses are the container's volume mounts as the kubelet reports them: each
+// read-only one with its recursive read-only mode as resolved for the pod's runtime
+// handler (Enabled or Disabled).
+func (w *worker) volumeMountStatuses(pod *corev1.Pod, c *corev1.Container) []corev1.VolumeMountStatus {
+	if len(c.VolumeMounts) == 0 {
+		return nil
+	}
+	// The handler's support is looked up only for a mount that asks for it.
+	supported := sync.OnceValue(func() bool { return w.criOptions(pod).RecursiveReadOnly })
+	out := make([]corev1.VolumeMountStatus, 0, len(c.VolumeMounts))
+	for _, vm := range c.VolumeMounts {
+		st := corev1.VolumeMountStatus{Name: vm.Name, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly}
+		if vm.ReadOnly {
+			mode := corev1.RecursiveReadOnlyDisabled
+			asks := vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly != corev1.RecursiveReadOnlyDisabled
+			if on, err := criconfig.RecursiveReadOnly(vm, asks && supported()); err == nil && on {
+				mode = corev1.RecursiveReadOnlyEnabled
+			}
+			st.RecursiveReadOnly = &mode
+		}
+		out = append(out, st)
+	}
+	return out
 }

@@ -18,6 +18,50 @@ import (
 	"github.com/unitlet/unitlet/services/podsync/relist"
 )
 
+// Container restart rules and policies (ContainerRestartRules): the container's first
+// matching rule, then its own policy, then the pod's decide whether it restarts, and the
+// phase follows.
+func TestContainerRestartRules(t *testing.T) {
+	never, always, onFailure := corev1.ContainerRestartPolicyNever, corev1.ContainerRestartPolicyAlways, corev1.ContainerRestartPolicyOnFailure
+	rule := func(op corev1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) []corev1.ContainerRestartRule {
+		return []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    corev1.RestartPolicy
+		policy *corev1.ContainerRestartPolicy
+		rules  []corev1.ContainerRestartRule
+		code   int32
+		want   bool
+	}{
+		{"pod Never", corev1.RestartPolicyNever, nil, nil, 1, false},
+		{"pod Never, container Always", corev1.RestartPolicyNever, &always, nil, 0, true},
+		{"pod Always, container Never", corev1.RestartPolicyAlways, &never, nil, 1, false},
+		{"container OnFailure, exit 0", corev1.RestartPolicyAlways, &onFailure, nil, 0, false},
+		{"container Never, rule In 42 matches", corev1.RestartPolicyNever, &never, rule(corev1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, true},
+		{"container Never, rule In 42 does not match", corev1.RestartPolicyNever, &never, rule(corev1.ContainerRestartRuleOnExitCodesOpIn, 42), 1, false},
+		{"container Never, rule NotIn 0", corev1.RestartPolicyNever, &never, rule(corev1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 3, true},
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.pod}}
+		c := &corev1.Container{RestartPolicy: tc.policy, RestartPolicyRules: tc.rules}
+		if got := containerShouldRestart(pod, c, tc.code); got != tc.want {
+			t.Errorf("%s: restart after exit %d = %t, want %t", tc.name, tc.code, got, tc.want)
+		}
+		pod.Spec.Containers = []corev1.Container{*c}
+		done := corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: tc.code}}}
+		want := corev1.PodRunning
+		if !tc.want {
+			want = corev1.PodFailed
+			if tc.code == 0 {
+				want = corev1.PodSucceeded
+			}
+		}
+		if got := phase(pod, nil, []corev1.ContainerStatus{done}, true); got != want {
+			t.Errorf("%s: phase %s, want %s", tc.name, got, want)
+		}
+	}
+}
+
 func TestPhaseKubeletCases(t *testing.T) {
 	run := corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 	done := func(code int32) corev1.ContainerStatus {
@@ -81,6 +125,12 @@ func TestPhaseKubeletCases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy}}
+			for range tc.inits {
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{})
+			}
+			for range tc.apps {
+				pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{})
+			}
 			if got := phase(pod, tc.inits, tc.apps, true); got != tc.want {
 				t.Errorf("phase = %s, want %s", got, tc.want)
 			}

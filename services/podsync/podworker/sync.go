@@ -51,6 +51,7 @@ func (w *worker) snapshot() state {
 }
 
 func (w *worker) sync(ctx context.Context) syncResult {
+	w.retryResize()
 	st := w.snapshot()
 	pod := st.pod
 	log := w.m.o.Log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
@@ -108,6 +109,7 @@ func (w *worker) sync(ctx context.Context) syncResult {
 			return res
 		}
 	}
+	w.finishResize(pod, rp)
 	res.status = w.status(pod, rp, st)
 	if allContainersRunning(pod, &res.status) {
 		w.trace.mark(phaseContainersStarted, w.m.o.Clock.Now())
@@ -131,6 +133,41 @@ func (w *worker) sync(ctx context.Context) syncResult {
 	return res
 }
 
+// reportStopped reports the status of a terminating pod whose containers have all
+// stopped, before its sandbox stops: that status is its final one, and a loaded runtime can
+// take tens of seconds over a sandbox's stop (its network's teardown; CI's run of c6e9dd3:
+// a node shutdown's pods stopped 7 s after it began, their sandboxes 40 s later), which a
+// shutdown's budget or a pod's watcher should not wait for. The pod is not yet reported
+// Terminated: that waits for the sandbox and volumes.
+func (w *worker) reportStopped(ctx context.Context, pod *corev1.Pod, st state) {
+	rp, err := w.m.o.View.Inspect(ctx, w.uid)
+	if err != nil {
+		return
+	}
+	for _, c := range rp.Containers {
+		if c.Running() {
+			return
+		}
+	}
+	w.report(syncResult{operation: "terminate", status: w.finalStatus(pod, rp, st), containers: refs(pod, rp)})
+}
+
+// finalStatus is the status the pod ended with: the first one computed once its containers
+// have stopped (see worker.final), computed now if there is none yet.
+func (w *worker) finalStatus(pod *corev1.Pod, rp *relist.Pod, st state) corev1.PodStatus {
+	w.mu.Lock()
+	final := w.final
+	w.mu.Unlock()
+	if final == nil {
+		status := w.status(pod, rp, st)
+		final = &status
+		w.mu.Lock()
+		w.final = final
+		w.mu.Unlock()
+	}
+	return *final.DeepCopy()
+}
+
 func (w *worker) isTerminated() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -141,7 +178,7 @@ func (w *worker) isTerminated() bool {
 func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relist.Pod, st state) syncResult {
 	res := syncResult{operation: "terminate"}
 	w.probesSeeDeletion(pod, rp)
-	if err := w.killPod(ctx, pod, rp, st.grace, "Stopping container %s"); err != nil {
+	if err := w.killPod(ctx, pod, rp, st.grace, "Stopping container %s", func() { w.reportStopped(ctx, pod, st) }); err != nil {
 		w.m.o.Log.Warn("stop pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		res.status = w.status(pod, rp, st)
 		res.next = time.Second
@@ -165,18 +202,9 @@ func (w *worker) syncTerminating(ctx context.Context, pod *corev1.Pod, rp *relis
 	}
 	w.mu.Lock()
 	w.terminated = true
-	final := w.final
 	w.mu.Unlock()
 	res.terminated = true
-	if final == nil {
-		// The first terminated status is the final one (see worker.final).
-		status := w.status(pod, rp, st)
-		final = &status
-		w.mu.Lock()
-		w.final = final
-		w.mu.Unlock()
-	}
-	res.status = *final.DeepCopy()
+	res.status = w.finalStatus(pod, rp, st)
 	res.containers = refs(pod, rp)
 	if st.unwanted {
 		// Nobody wants the pod any more: remove its containers and sandboxes.
@@ -237,8 +265,28 @@ func (w *worker) ensureCgroup(ctx context.Context, pod *corev1.Pod) error {
 // worker backoff after a failed sync.
 const sandboxRetry = 10 * time.Second
 
-// volumeRetry is how soon a pod whose volumes are not ready is synced again.
-const volumeRetry = 5 * time.Second
+// How soon a pod whose volumes are not ready is synced again: a quarter second after the
+// first failure, doubled after each, at most 5 s. A claim is typically bound a second or
+// two after the pod is scheduled (WaitForFirstConsumer provisioning), and the kubelet
+// notices within a few hundred milliseconds; unitlet-volumes backs a failing driver off
+// on its own.
+const (
+	volumeRetryFirst = 250 * time.Millisecond
+	volumeRetryMax   = 5 * time.Second
+)
+
+// volumeRetry is the wait before the next try of a pod whose prepare failed n times in
+// a row.
+func volumeRetry(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := volumeRetryFirst
+	for i := 1; i < n && d < volumeRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, volumeRetryMax)
+}
 
 // volumeMounts prepares the pod's volumes once per version of the pod (unitlet-volumes
 // keeps their content current) and returns each container's mounts. While they cannot be
@@ -265,9 +313,13 @@ func (w *worker) volumeMounts(ctx context.Context, pod *corev1.Pod, rp *relist.P
 			}
 		}
 		w.event(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: "+err.Error())
+		w.mu.Lock()
+		w.volumeFailures++
+		w.mu.Unlock()
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
 	w.mu.Lock()
+	w.volumeFailures = 0
 	w.mounts, w.mountsFor = mounts, pod
 	for name, wt := range w.waiting {
 		if wt.reason == "ContainerCreating" {
@@ -306,7 +358,10 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		}
 		w.trace.mark(phaseCgroup, w.m.o.Clock.Now())
 		if _, err := w.volumeMounts(ctx, pod, nil, nil); err != nil {
-			return volumeRetry, err
+			w.mu.Lock()
+			n := w.volumeFailures
+			w.mu.Unlock()
+			return volumeRetry(n), err
 		}
 		w.trace.mark(phaseVolumes, w.m.o.Clock.Now())
 		var err error
@@ -320,14 +375,35 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 		rp = &relist.Pod{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 			Sandboxes: append([]*relist.Sandbox{sb}, rp.GetSandboxes()...), Containers: podContainers(rp)}
 	}
-	sbCfg, err := criconfig.SandboxConfig(pod, sb.Attempt, w.m.o.CRI)
+	o, err := w.podOptions(pod)
+	if err != nil {
+		return time.Second, err
+	}
+	sbCfg, err := criconfig.SandboxConfig(pod, sb.Attempt, o)
 	if err != nil {
 		return 0, err
 	}
 	// A running pod this worker has not seen yet (podsync restarted): adopt its cgroup and
 	// set the pod's limits on it again.
+	if restarted, err := w.actuateResize(ctx, pod, rp, sb); err != nil {
+		return 5 * time.Second, err
+	} else if restarted {
+		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+			return time.Second, err
+		}
+	}
 	if err := w.ensureCgroup(ctx, pod); err != nil {
 		return time.Second, err
+	}
+
+	// A container that exited asking for it restarts the whole pod in place (restartall.go).
+	if sources := restartAllSources(pod, rp, sb); len(sources) > 0 {
+		if err := w.restartAll(ctx, pod, rp, sb, sources, st); err != nil {
+			return time.Second, err
+		}
+		if rp, err = w.m.o.View.Inspect(ctx, w.uid); err != nil {
+			return time.Second, err
+		}
 	}
 
 	// Probe failures and spec changes: kill the instance; it is restarted below.
@@ -401,7 +477,7 @@ func (w *worker) syncRunning(ctx context.Context, pod *corev1.Pod, rp *relist.Po
 			}
 			continue
 		}
-		if cur != nil && !shouldRestart(pod.Spec.RestartPolicy, cur) && !w.killedUnknown(cur) {
+		if cur != nil && !shouldRestart(pod, c, cur) && !w.killedUnknown(cur) {
 			continue
 		}
 		if cur != nil {
@@ -498,7 +574,7 @@ func (w *worker) restartKill(pod *corev1.Pod, c *corev1.Container, cur *relist.C
 		default:
 			k.message = what + " failed liveness probe"
 		}
-		if !isSidecar(c) && pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		if !isSidecar(c) && canRestart(pod, c) {
 			k.message += ", will be restarted"
 		}
 		return k, true
@@ -571,20 +647,76 @@ func latestIn(rp *relist.Pod, name, sbID string) *relist.Container {
 	return nil
 }
 
-// shouldRestart applies the pod's restart policy to a container's finished instance. A
-// start the runtime abandoned is tried again whatever the policy: the container never ran.
-func shouldRestart(policy corev1.RestartPolicy, c *relist.Container) bool {
-	if abandonedStart(c) {
+// shouldRestart applies the container's restart rules and policy (ContainerRestartRules,
+// beta and on in v1.36), else the pod's, to a finished instance. A start the runtime
+// abandoned is tried again whatever the policy: the container never ran.
+func shouldRestart(pod *corev1.Pod, c *corev1.Container, inst *relist.Container) bool {
+	if abandonedStart(inst) {
 		return true
 	}
-	switch policy {
+	return containerShouldRestart(pod, c, inst.ExitCode)
+}
+
+// containerShouldRestart is the kubelet's rule for a container that exited with exitCode:
+// the first of its restartPolicyRules that matches the code decides (action Restart, or
+// RestartAllContainers, which restarts it with the rest of the pod), else its own
+// restartPolicy, else the pod's.
+func containerShouldRestart(pod *corev1.Pod, c *corev1.Container, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		if _, ok := matchingRestartRule(c, exitCode); ok {
+			return true
+		}
+		switch *c.RestartPolicy {
+		case corev1.ContainerRestartPolicyAlways:
+			return true
+		case corev1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case corev1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
+	switch pod.Spec.RestartPolicy {
 	case corev1.RestartPolicyNever:
 		return false
 	case corev1.RestartPolicyOnFailure:
-		return c.ExitCode != 0
-	default:
-		return true
+		return exitCode != 0
 	}
+	return true
+}
+
+// matchingRestartRule is the first of c's restartPolicyRules whose exit codes match.
+func matchingRestartRule(c *corev1.Container, exitCode int32) (corev1.ContainerRestartRule, bool) {
+	for _, r := range c.RestartPolicyRules {
+		if r.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(r.ExitCodes.Values, exitCode)
+		switch r.ExitCodes.Operator {
+		case corev1.ContainerRestartRuleOnExitCodesOpIn:
+			if in {
+				return r, true
+			}
+		case corev1.ContainerRestartRuleOnExitCodesOpNotIn:
+			if !in {
+				return r, true
+			}
+		}
+	}
+	return corev1.ContainerRestartRule{}, false
+}
+
+// canRestart reports whether c can ever be restarted: by a restart rule, its own
+// restartPolicy or the pod's (the kubelet's IsContainerRestartable).
+func canRestart(pod *corev1.Pod, c *corev1.Container) bool {
+	if c.RestartPolicy != nil {
+		for _, r := range c.RestartPolicyRules {
+			if r.Action == corev1.ContainerRestartRuleActionRestart {
+				return true
+			}
+		}
+		return *c.RestartPolicy != corev1.ContainerRestartPolicyNever
+	}
+	return pod.Spec.RestartPolicy != corev1.RestartPolicyNever
 }
 
 // ranAny reports whether any app container of the pod has run.

@@ -84,6 +84,10 @@ type memCRI struct {
 	// stopSandboxGate, when set, holds every StopPodSandbox until it is closed, as a
 	// loaded runtime takes its time to stop a sandbox.
 	stopSandboxGate chan struct{}
+	// memoryUsage is every container's memory usage in bytes (ContainerStats).
+	memoryUsage uint64
+	// refuseUpdates: UpdateContainerResources fails.
+	refuseUpdates bool
 }
 
 func newMemCRI(images ...string) *memCRI {
@@ -212,6 +216,32 @@ func (f *memCRI) StopContainer(_ context.Context, in *runtimeapi.StopContainerRe
 		c.state, c.exitCode, c.finished, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, 255, time.Now(), "Unknown"
 	}
 	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *memCRI) UpdateContainerResources(_ context.Context, in *runtimeapi.UpdateContainerResourcesRequest, _ ...grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.containers[in.ContainerId]
+	if c == nil || c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, fmt.Errorf("container %s not running", in.ContainerId)
+	}
+	if f.refuseUpdates {
+		return nil, fmt.Errorf("update refused")
+	}
+	f.record("UpdateContainerResources %s memory=%d quota=%d shares=%d", c.cfg.GetMetadata().GetName(), in.Linux.GetMemoryLimitInBytes(), in.Linux.GetCpuQuota(), in.Linux.GetCpuShares())
+	if c.cfg.Linux != nil {
+		c.cfg.Linux.Resources = in.Linux
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+func (f *memCRI) ContainerStats(_ context.Context, in *runtimeapi.ContainerStatsRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.containers[in.ContainerId] == nil {
+		return nil, fmt.Errorf("container %s not found", in.ContainerId)
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{Memory: &runtimeapi.MemoryUsage{UsageBytes: &runtimeapi.UInt64Value{Value: f.memoryUsage}}}}, nil
 }
 
 func (f *memCRI) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContainerRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {

@@ -37,6 +37,8 @@ type Runtime interface {
 	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
 	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
 	PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, opts ...grpc.CallOption) (*runtimeapi.PullImageResponse, error)
+	UpdateContainerResources(ctx context.Context, in *runtimeapi.UpdateContainerResourcesRequest, opts ...grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error)
+	ContainerStats(ctx context.Context, in *runtimeapi.ContainerStatsRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatsResponse, error)
 	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
 }
 
@@ -100,6 +102,11 @@ type Options struct {
 	Clock       clock.Clock
 	Log         *slog.Logger
 	Registry    prometheus.Registerer
+	// UserNamespaces hands out the user namespaces of pods with hostUsers: false; nil
+	// refuses them. UserNamespacesSupported says whether a runtime handler ("" the
+	// default) supports them (CRI Status).
+	UserNamespaces          *UserNamespaces
+	UserNamespacesSupported func(handler string) bool
 	// StateDir keeps what the runtime cannot tell after a restart (starts in flight); ""
 	// keeps nothing.
 	StateDir string
@@ -111,6 +118,12 @@ type Options struct {
 	// Services are the cluster's services for service-link variables; nil (a node without
 	// an API server) gives none.
 	Services Services
+	// CrashLoopBackOffMax caps the crash-loop backoff (crashLoopBackOff.
+	// maxContainerRestartPeriod); 0 is the kubelet's default, 5 min.
+	CrashLoopBackOffMax time.Duration
+	// RecursiveReadOnly reports whether a runtime handler ("" the default) supports
+	// recursive read-only mounts; nil: none does.
+	RecursiveReadOnly func(handler string) bool
 	// RuntimeClasses resolve pods' runtimeClassName to a runtime handler; nil (a node
 	// without an API server) runs only pods that name no RuntimeClass.
 	RuntimeClasses RuntimeClasses
@@ -176,7 +189,7 @@ func NewManager(o Options) *Manager {
 	return &Manager{
 		o:          o,
 		journal:    startJournal{dir: filepathJoin(o.StateDir, "starting")},
-		backoff:    newBackOff(o.Clock),
+		backoff:    newCrashLoopBackOff(o.Clock, o.CrashLoopBackOffMax),
 		pulls:      newBackOff(o.Clock),
 		pullLimits: newPullLimiter(o.PullLimits),
 		metrics:    newMetrics(o.Registry),
@@ -185,8 +198,16 @@ func NewManager(o Options) *Manager {
 }
 
 // newBackOff is the kubelet's backoff (10 s doubling to 5 min) on the manager's clock.
-func newBackOff(clk clock.Clock) *flowcontrol.Backoff {
-	b := flowcontrol.NewBackOff(10*time.Second, 5*time.Minute)
+func newBackOff(clk clock.Clock) *flowcontrol.Backoff { return newCrashLoopBackOff(clk, 0) }
+
+// newCrashLoopBackOff is the kubelet's crash-loop backoff: 10 s doubling to max (0: 5
+// min, the kubelet's default maxContainerRestartPeriod), starting at max when max is
+// shorter than 10 s.
+func newCrashLoopBackOff(clk clock.Clock, max time.Duration) *flowcontrol.Backoff {
+	if max <= 0 {
+		max = 5 * time.Minute
+	}
+	b := flowcontrol.NewBackOff(min(10*time.Second, max), max)
 	b.Clock = clk
 	return b
 }
@@ -219,7 +240,6 @@ func (m *Manager) Run(ctx context.Context) error {
 // deletion timestamp is terminated with its deletion grace period.
 func (m *Manager) Update(pod *corev1.Pod, source string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	w := m.workers[pod.UID]
 	if w == nil {
 		w = newWorker(m, pod, source)
@@ -229,6 +249,8 @@ func (m *Manager) Update(pod *corev1.Pod, source string) {
 			m.startLocked(w)
 		}
 	}
+	m.mu.Unlock()
+	// Outside the manager's lock: a resize's admission reads the other pods.
 	w.setSpec(pod)
 }
 
@@ -320,6 +342,22 @@ func (m *Manager) ActivePods() []*corev1.Pod {
 	return out
 }
 
+// Allocated is pod with the resources its worker allocated in place of those it asks
+// for: a resize not yet allocated (Deferred, or not yet seen by the worker) does not count,
+// as the kubelet admits new pods against allocated resources. Pod itself when it has no
+// worker.
+func (m *Manager) Allocated(pod *corev1.Pod) *corev1.Pod {
+	m.mu.Lock()
+	w := m.workers[pod.UID]
+	m.mu.Unlock()
+	if w == nil {
+		return pod
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.alloc.apply(pod, w.alloc.differs(pod))
+}
+
 // Trigger asks the workers of the given pods to sync soon (their runtime state changed).
 func (m *Manager) Trigger(uids ...types.UID) {
 	m.mu.Lock()
@@ -393,6 +431,13 @@ func (m *Manager) startLocked(w *worker) {
 // forget removes a worker whose pod is terminated and no longer wanted.
 func (m *Manager) forget(w *worker) {
 	m.removePodFiles(w)
+	w.mu.Lock()
+	pod := w.pod
+	w.mu.Unlock()
+	m.forgetAllocation(pod)
+	if m.o.UserNamespaces != nil {
+		m.o.UserNamespaces.Release(pod.UID)
+	}
 	m.mu.Lock()
 	if m.workers[w.uid] == w {
 		delete(m.workers, w.uid)

@@ -75,6 +75,9 @@ type Container struct {
 	// TerminationMessageHostPath is the host file mounted at the container's
 	// terminationMessagePath, "" when it has none.
 	TerminationMessageHostPath string
+	// User is the identity the container's first process runs as, as the runtime reports
+	// it (containerd 2.x does; nil otherwise).
+	User *runtimeapi.LinuxContainerUser
 }
 
 // Running reports whether the container is running.
@@ -575,6 +578,7 @@ func fromStatus(st *runtimeapi.ContainerStatus, c *runtimeapi.Container) *Contai
 		if st.ImageRef != "" {
 			d.ImageRef = st.ImageRef
 		}
+		d.User = st.GetUser().GetLinux()
 		if p := c.Annotations[criconfig.AnnotationContainerTerminationMessagePath]; p != "" {
 			for _, m := range st.Mounts {
 				if m.ContainerPath == p {

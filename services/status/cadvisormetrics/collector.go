@@ -17,8 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
@@ -182,12 +180,10 @@ func (c *collector) readRuntime() (runtimeView, error) {
 			v.layers[s.GetAttributes().GetId()] = s.GetWritableLayer()
 		}
 	}
-	// A runtime without pod sandbox stats (containerd 1.6) gives no network series.
-	switch sst, err := rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{}); {
-	case status.Code(err) == codes.Unimplemented:
-	case err != nil:
-		return v, fmt.Errorf("list pod sandbox stats: %w", err)
-	default:
+	// A runtime without pod sandbox stats (containerd 1.6) gives no network series; one
+	// that fails the whole list for a sandbox going away (containerd: "failed to decode
+	// sandbox container metrics") gives none this scrape rather than fail it.
+	if sst, err := rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{}); err == nil {
 		for _, s := range sst.GetStats() {
 			if n := s.GetLinux().GetNetwork(); n != nil {
 				v.networks[s.GetAttributes().GetId()] = n

@@ -16,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	nodeutil "k8s.io/component-helpers/node/util"
+	"k8s.io/utils/ptr"
+
+	podsyncv1 "github.com/unitlet/unitlet/proto/unitlet/podsync/v1"
 )
 
 // statusUpdateRetries is how many times one sync tries to write the status before it waits
@@ -40,9 +43,12 @@ type observation struct {
 	volumesInUse *[]corev1.UniqueVolumeName
 }
 
-// runtimeInfo is the runtime's name and version from podsync's last answer.
+// runtimeInfo is the runtime's name, version, handlers and features from podsync's last
+// answer (features nil from a podsync that predates them).
 type runtimeInfo struct {
 	runtimeName, runtimeVersion string
+	handlers                    []*podsyncv1.RuntimeHandler
+	features                    *podsyncv1.RuntimeFeatures
 }
 
 // observe asks the sources: Build, podsync, the services, the eviction service, the
@@ -55,7 +61,7 @@ func (c *Controller) observe(ctx context.Context) *observation {
 	}
 	o.ready = c.checkReadiness(ctx)
 	if h := c.loop.lastHealth; h != nil && h.GetRuntimeName() != "" {
-		o.health = &runtimeInfo{runtimeName: h.GetRuntimeName(), runtimeVersion: h.GetRuntimeVersion()}
+		o.health = &runtimeInfo{runtimeName: h.GetRuntimeName(), runtimeVersion: h.GetRuntimeVersion(), handlers: h.GetRuntimeHandlers(), features: h.GetFeatures()}
 	}
 	o.pressure = c.pressureConditions(ctx)
 	o.images = c.nodeImages(ctx)
@@ -128,6 +134,7 @@ func (c *Controller) apply(original *corev1.Node, o *observation) (*corev1.Node,
 		node.Status.Allocatable = mergeResources(node.Status.Allocatable, o.built.Status.Allocatable)
 		node.Status.NodeInfo.OperatingSystem = o.built.Status.NodeInfo.OperatingSystem
 		node.Status.NodeInfo.Architecture = o.built.Status.NodeInfo.Architecture
+		node.Status.NodeInfo.Swap = o.built.Status.NodeInfo.Swap.DeepCopy()
 	}
 	if node.Status.NodeInfo.OperatingSystem == "" {
 		node.Status.NodeInfo.OperatingSystem = runtime.GOOS
@@ -146,8 +153,10 @@ func (c *Controller) apply(original *corev1.Node, o *observation) (*corev1.Node,
 	}
 	if o.health != nil {
 		info.ContainerRuntimeVersion = o.health.runtimeName + "://" + runtimeVersion(o.health.runtimeVersion)
+		setRuntimeFeatures(node, o.health)
 	}
 	info.KubeletVersion = KubeletVersion()
+	node.Status.DeclaredFeatures = DeclaredFeatures(info.KubeletVersion)
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.port
 	node.Status.Images = o.images
 	if o.volumesInUse != nil {
@@ -513,4 +522,26 @@ func runtimeVersion(v string) string {
 		}
 	}
 	return parsed.String()
+}
+
+// setRuntimeFeatures writes the runtime's handlers and features into the Node's status as
+// the kubelet does (status.runtimeHandlers, each with its recursive read-only and user
+// namespace support; status.features.supplementalGroupsPolicy), when podsync told them.
+// Admission, the scheduler and users read them: supplementalGroupsPolicy Strict is
+// admitted only where the Node says the runtime honours it.
+func setRuntimeFeatures(node *corev1.Node, h *runtimeInfo) {
+	if h.features == nil {
+		return // a podsync that predates them: the Node keeps what it has
+	}
+	node.Status.Features = &corev1.NodeFeatures{SupplementalGroupsPolicy: ptr.To(h.features.GetSupplementalGroupsPolicy())}
+	node.Status.RuntimeHandlers = make([]corev1.NodeRuntimeHandler, 0, len(h.handlers))
+	for _, rh := range h.handlers {
+		node.Status.RuntimeHandlers = append(node.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{
+			Name: rh.GetName(),
+			Features: &corev1.NodeRuntimeHandlerFeatures{
+				RecursiveReadOnlyMounts: ptr.To(rh.GetRecursiveReadOnlyMounts()),
+				UserNamespaces:          ptr.To(rh.GetUserNamespaces()),
+			},
+		})
+	}
 }

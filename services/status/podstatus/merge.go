@@ -49,6 +49,10 @@ func merge(api, want corev1.PodStatus) corev1.PodStatus {
 	return out
 }
 
+// dropWhenUnsent are the conditions only the node agent sets and that go when podsync no
+// longer sends them: a resize's, which end with the resize.
+var dropWhenUnsent = map[corev1.PodConditionType]bool{corev1.PodResizePending: true, corev1.PodResizeInProgress: true}
+
 func mergeConditions(api, want []corev1.PodCondition) []corev1.PodCondition {
 	sent := make(map[corev1.PodConditionType]int, len(want))
 	for i, c := range want {
@@ -59,7 +63,9 @@ func mergeConditions(api, want []corev1.PodCondition) []corev1.PodCondition {
 	for _, a := range api {
 		i, ok := sent[a.Type]
 		if !ok {
-			out = append(out, *a.DeepCopy())
+			if !dropWhenUnsent[a.Type] {
+				out = append(out, *a.DeepCopy())
+			}
 			continue
 		}
 		if used[a.Type] {

@@ -37,14 +37,19 @@ func (p *Provider) podStats(ctx context.Context, onlyCPUAndMemory bool, nodeFs *
 	switch {
 	case err == nil:
 		pods = p.fromSandboxStats(sbResp.GetStats(), sandboxes, containers, onlyCPUAndMemory)
-	case status.Code(err) == codes.Unimplemented:
-		ctrResp, err := p.rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{}})
-		if err != nil {
-			return nil, fmt.Errorf("list container stats: %w", err)
+	default:
+		// Unimplemented (containerd 1.6), or a runtime that fails the whole list for one
+		// sandbox it cannot read (containerd, for a sandbox going away: "failed to decode
+		// sandbox container metrics"): the pods' stats are summed from their containers'
+		// rather than the summary failing.
+		if status.Code(err) != codes.Unimplemented {
+			p.log.Warn("pod sandbox stats failed; the pods' stats are summed from their containers' this time", "err", err)
+		}
+		ctrResp, cerr := p.rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{}})
+		if cerr != nil {
+			return nil, fmt.Errorf("list container stats: %w (pod sandbox stats: %v)", cerr, err)
 		}
 		pods = p.fromContainerStats(ctrResp.GetStats(), sandboxes, containers, onlyCPUAndMemory)
-	default:
-		return nil, fmt.Errorf("list pod sandbox stats: %w", err)
 	}
 	p.sweepCPU()
 

@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	containerStats []*runtimeapi.ContainerStats
 	sandboxStats   []*runtimeapi.PodSandboxStats
 	sandboxErr     error
+	containerErr   error
 	imageFs        *runtimeapi.ImageFsInfoResponse
 	imageFsErr     error
 }
@@ -45,6 +46,9 @@ func (f *fakeRuntime) ListPodSandboxStats(context.Context, *runtimeapi.ListPodSa
 }
 
 func (f *fakeRuntime) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest, ...grpc.CallOption) (*runtimeapi.ListContainerStatsResponse, error) {
+	if f.containerErr != nil {
+		return nil, f.containerErr
+	}
 	return &runtimeapi.ListContainerStatsResponse{Stats: f.containerStats}, nil
 }
 
@@ -283,7 +287,7 @@ func TestSummaryErrors(t *testing.T) {
 	}{
 		{name: "image fs unavailable", rt: &fakeRuntime{imageFsErr: status.Error(codes.Unavailable, "down")}},
 		{name: "no image fs", rt: &fakeRuntime{imageFs: &runtimeapi.ImageFsInfoResponse{}}},
-		{name: "sandbox stats fail", rt: &fakeRuntime{imageFs: imageFs(h.root), sandboxErr: status.Error(codes.Internal, "boom")}, only: true},
+		{name: "sandbox and container stats fail", rt: &fakeRuntime{imageFs: imageFs(h.root), sandboxErr: status.Error(codes.Internal, "boom"), containerErr: status.Error(codes.Internal, "boom")}, only: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newProvider(h, tc.rt, clocktesting.NewFakeClock(t0))
@@ -292,6 +296,14 @@ func TestSummaryErrors(t *testing.T) {
 			}
 		})
 	}
+	// A runtime that fails the sandbox list for one sandbox going away: the summary is
+	// served, summed from the containers' stats.
+	t.Run("sandbox stats fail alone", func(t *testing.T) {
+		p := newProvider(h, &fakeRuntime{imageFs: imageFs(h.root), sandboxErr: status.Error(codes.Unknown, "failed to decode sandbox container metrics")}, clocktesting.NewFakeClock(t0))
+		if _, err := p.Summary(context.Background(), true); err != nil {
+			t.Fatalf("Summary: %v, want it served from the container stats", err)
+		}
+	})
 	t.Run("no cgroup", func(t *testing.T) {
 		h := newHost(t, false)
 		if err := os.RemoveAll(filepath.Join(h.cgroup, "cpuacct")); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,6 +87,8 @@ type Mounter struct {
 	podsDir, stagingDir string
 	node                string
 	log                 *slog.Logger
+	// selinux reports whether the host runs SELinux (hostSELinux).
+	selinux func() bool
 
 	mu sync.Mutex
 	// volumes are the locks of the volumes being set up or torn down, by driver and
@@ -117,6 +120,7 @@ func NewMounter(o MounterOptions) *Mounter {
 		podsDir:    filepath.Join(o.RootDir, "pods"),
 		stagingDir: filepath.Join(o.RootDir, "plugins", PluginName),
 		volumes:    map[string]*volumeLock{},
+		selinux:    hostSELinux,
 	}
 }
 
@@ -224,13 +228,26 @@ type volumeSpec struct {
 	accessModes  []corev1.PersistentVolumeAccessMode
 	mountOptions []string
 	source       *corev1.CSIPersistentVolumeSource
+	// block: the PV's volumeMode is Block; a device, not a mount, for the pod.
+	block bool
 }
 
 func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec volumeSpec) (string, error) {
-	target := filepath.Join(dir, mountDir)
-	if rec, err := readVolData(dir); err == nil && rec.DriverName == spec.driver && rec.VolumeHandle == spec.handle && rec.RequiresRepublish != "true" {
-		if mounted, err := isMountPoint(target); err == nil && mounted {
-			return target, nil
+	// A file system volume: published at dir/mount, its record in dir. A block volume:
+	// published at its device file for the pod, its record the volume's, dir the pod's
+	// link to the device.
+	target, recordDir, result := filepath.Join(dir, mountDir), dir, filepath.Join(dir, mountDir)
+	if spec.block {
+		target, recordDir, result = m.blockPublishPath(spec.name, pod.UID), m.blockDataDir(spec.name), dir
+	}
+	if rec, err := readVolData(recordDir); err == nil && rec.DriverName == spec.driver && rec.VolumeHandle == spec.handle && rec.RequiresRepublish != "true" {
+		linked := true
+		if spec.block {
+			to, err := os.Readlink(dir)
+			linked = err == nil && to == target
+		}
+		if mounted, err := isMountPoint(target); err == nil && mounted && linked {
+			return result, nil
 		}
 	}
 	drv, err := m.drivers.Driver(spec.driver)
@@ -241,7 +258,7 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if err != nil {
 		return "", fmt.Errorf("read CSIDriver %s: %w", spec.driver, err)
 	}
-	if err := m.refuseDriverFeatures(cd); err != nil {
+	if err := m.refuseDriverFeatures(cd, pod); err != nil {
 		return "", err
 	}
 	// As the kubelet: a driver without a CSIDriver, or one listing no modes, serves
@@ -262,8 +279,8 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		fsGroup = sc.FSGroup
 	}
-	capability := volumeCapability(spec.accessModes, spec.mountOptions, spec.fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
-	if has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil {
+	capability := volumeCapability(spec.accessModes, spec.mountOptions, spec.fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER), spec.block)
+	if has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil && !spec.block {
 		// The driver applies the group itself, at its mount.
 		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*fsGroup, 10)
 	}
@@ -271,8 +288,9 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	unlock := m.lock(spec.driver, spec.handle)
 	defer unlock()
 	// The record first: from now on the volume is in the node's volumesInUse (when it is
-	// attached), and a teardown finds it whatever happens next.
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// attached), and a teardown finds it whatever happens next (a block volume's through
+	// the pod's link, made after the record).
+	if err := os.MkdirAll(recordDir, 0o750); err != nil {
 		return "", err
 	}
 	rec := volData{
@@ -285,8 +303,13 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if cd != nil && cd.Spec.RequiresRepublish != nil && *cd.Spec.RequiresRepublish {
 		rec.RequiresRepublish = "true"
 	}
-	if err := writeVolData(dir, rec); err != nil {
+	if err := writeVolData(recordDir, rec); err != nil {
 		return "", err
+	}
+	if spec.block {
+		if err := LinkDevice(dir, target); err != nil {
+			return "", err
+		}
 	}
 	var publishContext map[string]string
 	if attach {
@@ -296,8 +319,20 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	}
 	staging := ""
 	if spec.source != nil && has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
-		staging = m.StagingPath(spec.driver, spec.handle)
-		if err := m.stage(ctx, drv, spec.source, dir, staging, publishContext, capability); err != nil {
+		if spec.block {
+			staging = m.blockStagingPath(spec.name)
+			err = m.stageBlock(ctx, drv, spec.source, spec.name, pod.UID, staging, publishContext, capability)
+		} else {
+			staging = m.StagingPath(spec.driver, spec.handle)
+			err = m.stage(ctx, drv, spec.source, dir, staging, publishContext, capability)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	if spec.block {
+		// The driver makes the device file; its directory is the node's.
+		if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 			return "", err
 		}
 	}
@@ -332,10 +367,19 @@ func (m *Mounter) setUp(ctx context.Context, pod *corev1.Pod, dir string, spec v
 	if err != nil {
 		if final(err) && !republish {
 			// The driver says it did nothing: no record left for a teardown to find. (A
-			// republish that fails leaves the volume published as it was.)
-			_ = removeMountDir(dir)
+			// republish that fails leaves the volume published as it was.) A block
+			// volume's record is the volume's: a teardown, or the orphan round once no
+			// pod links to it, takes it with the stage.
+			if spec.block {
+				_ = os.Remove(dir)
+			} else {
+				_ = removeMountDir(dir)
+			}
 		}
 		return "", err
+	}
+	if spec.block {
+		return result, nil
 	}
 	if !has(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP) && fsGroup != nil && !spec.readOnly && appliesFSGroup(cd, spec) {
 		sc := pod.Spec.SecurityContext
@@ -447,8 +491,9 @@ func (m *Mounter) unstageUnused(ctx context.Context, drv Driver, driver, handle 
 	return nil
 }
 
-// UnstageOrphans unstages the staged volumes that no pod of the node has published: what a
-// restart between a pod's unpublish and its volume's unstage left. A driver not registered
+// UnstageOrphans unstages the staged volumes that no pod of the node has published (block
+// volumes: that no pod links to): what a restart between a pod's unpublish and its
+// volume's unstage left. A driver not registered
 // is left for a later round.
 func (m *Mounter) UnstageOrphans(ctx context.Context) error {
 	dirs, err := filepath.Glob(filepath.Join(m.stagingDir, "*", "*", volDataFile))
@@ -471,6 +516,7 @@ func (m *Mounter) UnstageOrphans(ctx context.Context) error {
 		unlock()
 		errs = append(errs, err)
 	}
+	errs = append(errs, m.unstageOrphanBlocks(ctx))
 	return errors.Join(errs...)
 }
 
@@ -521,8 +567,12 @@ func (m *Mounter) InUse() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	blocks, err := m.blockRecords()
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, rec := range recs {
+	for _, rec := range append(slices.Collect(maps.Values(recs)), slices.Collect(maps.Values(blocks))...) {
 		if rec.AttachRequired == "true" {
 			out = append(out, UniqueName(rec.DriverName, rec.VolumeHandle))
 		}
@@ -574,11 +624,37 @@ func (m *Mounter) secrets(ctx context.Context, ref *corev1.SecretReference, fiel
 
 // refuseDriverFeatures refuses what a CSIDriver asks that this Mounter cannot give, rather
 // than mount without it.
-func (m *Mounter) refuseDriverFeatures(cd *storagev1.CSIDriver) error {
+func (m *Mounter) refuseDriverFeatures(cd *storagev1.CSIDriver, pod *corev1.Pod) error {
 	if cd != nil && len(cd.Spec.TokenRequests) > 0 && m.tokens == nil {
 		return fmt.Errorf("CSIDriver %s sets tokenRequests, and this unitlet-volumes has no service account tokens to give", cd.Name)
 	}
+	// The kubelet mounts such a volume with the pod's SELinux context (a context= mount
+	// option) on a node that enforces SELinux; unitlet does not compute contexts, so it
+	// refuses rather than mount without one. A node without SELinux mounts as the kubelet
+	// does there: no context.
+	if cd != nil && ptr.Deref(cd.Spec.SELinuxMount, false) && podSELinux(pod) && m.selinux() {
+		return fmt.Errorf("CSIDriver %s sets seLinuxMount and pod %s/%s sets seLinuxOptions: unitlet does not mount volumes with an SELinux context on this SELinux node; unset seLinuxMount or the pod's seLinuxOptions", cd.Name, pod.Namespace, pod.Name)
+	}
 	return nil
+}
+
+// podSELinux reports whether the pod or one of its containers sets seLinuxOptions.
+func podSELinux(pod *corev1.Pod) bool {
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.SELinuxOptions != nil {
+		return true
+	}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.SecurityContext != nil && c.SecurityContext.SELinuxOptions != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// hostSELinux reports whether the host runs SELinux (its file system is mounted).
+func hostSELinux() bool {
+	_, err := os.Stat("/sys/fs/selinux/enforce")
+	return err == nil
 }
 
 // tokensKey is the volume context (or secrets) key of the service account tokens.
@@ -626,15 +702,19 @@ func mergeInto(a, b map[string]string) map[string]string {
 // NeedsRepublish reports whether the volume published at target is to be published again
 // at each resync (its driver's CSIDriver sets requiresRepublish), by its record.
 func (m *Mounter) NeedsRepublish(target string) bool {
-	rec, err := readVolData(filepath.Dir(target))
+	dir := filepath.Dir(target)
+	if filepath.Base(filepath.Dir(dir)) == blockPodDir {
+		dir = m.blockDataDir(filepath.Base(target)) // a pod's link to a block volume
+	}
+	rec, err := readVolData(dir)
 	return err == nil && rec.RequiresRepublish == "true"
 }
 
 // volumeCapability is the capability a PV is staged and published with: a mount with its
-// file system type and mount options, the access mode of its first access mode, as the
+// file system type and mount options (or a block device, for volumeMode Block), the access mode of its first access mode, as the
 // kubelet maps them (ReadWriteOnce to SINGLE_NODE_MULTI_WRITER, ReadWriteOncePod to
 // SINGLE_NODE_SINGLE_WRITER, for drivers that know them).
-func volumeCapability(accessModes []corev1.PersistentVolumeAccessMode, mountOptions []string, fsType string, multiWriter bool) *csipb.VolumeCapability {
+func volumeCapability(accessModes []corev1.PersistentVolumeAccessMode, mountOptions []string, fsType string, multiWriter, block bool) *csipb.VolumeCapability {
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	am := corev1.ReadWriteOnce
 	if len(accessModes) > 0 {
@@ -652,6 +732,12 @@ func volumeCapability(accessModes []corev1.PersistentVolumeAccessMode, mountOpti
 	case corev1.ReadWriteOncePod:
 		if multiWriter {
 			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+	}
+	if block {
+		return &csipb.VolumeCapability{
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
+			AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}},
 		}
 	}
 	return &csipb.VolumeCapability{

@@ -71,6 +71,10 @@ func (f *fakeNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabiliti
 }
 
 func (f *fakeNode) NodeStageVolume(_ context.Context, r *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
+	if r.GetVolumeCapability().GetBlock() != nil {
+		f.record("stage-block " + r.GetVolumeId())
+		return &csipb.NodeStageVolumeResponse{}, nil
+	}
 	f.record("stage " + r.GetVolumeId())
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
@@ -81,6 +85,11 @@ func (f *fakeNode) NodeUnstageVolume(_ context.Context, r *csipb.NodeUnstageVolu
 }
 
 func (f *fakeNode) NodePublishVolume(_ context.Context, r *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if r.GetVolumeCapability().GetBlock() != nil {
+		// A block volume: the device file the driver makes, named by the pod's UID.
+		f.record("publish-block " + r.GetVolumeId() + " " + filepath.Base(r.GetTargetPath()))
+		return &csipb.NodePublishVolumeResponse{}, os.WriteFile(r.GetTargetPath(), nil, 0o600)
+	}
 	f.record("publish " + r.GetVolumeId() + " " + filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(r.GetTargetPath()))))))
 	f.mu.Lock()
 	f.publishContext, f.volumeContext = r.GetPublishContext(), r.GetVolumeContext()
@@ -413,4 +422,22 @@ func bindOver(t *testing.T, target string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(target, 0) })
+}
+
+// A CSIDriver with seLinuxMount and a pod with seLinuxOptions: refused on an SELinux
+// host (no context computed), mounted as the kubelet does on a host without SELinux.
+func TestSELinuxMountRefusedOnAnSELinuxHost(t *testing.T) {
+	ctx := context.Background()
+	m, _, objs, root := newTestMounter(t, false)
+	objs.drivers["fake.csi.test"].Spec.SELinuxMount = ptr.To(true)
+	p := publication(root, "a", testPV("v1"))
+	p.Pod.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: "s0:c1,c2"}}
+	m.selinux = func() bool { return true }
+	if _, err := m.SetUp(ctx, p); err == nil || !strings.Contains(err.Error(), "sets seLinuxMount and pod ns/pod-a sets seLinuxOptions") {
+		t.Fatalf("on an SELinux host: %v, want the refusal", err)
+	}
+	m.selinux = func() bool { return false }
+	if _, err := m.SetUp(ctx, p); err != nil {
+		t.Fatalf("without SELinux: %v", err)
+	}
 }

@@ -113,7 +113,7 @@ func (m *Mounter) Expand(ctx context.Context, target string, pv *corev1.Persiste
 	defer unlock()
 	req := &csipb.NodeExpandVolumeRequest{
 		VolumeId: rec.VolumeHandle, VolumePath: target, CapacityRange: &csipb.CapacityRange{RequiredBytes: newSize},
-		VolumeCapability: volumeCapability(pv.Spec.AccessModes, pv.Spec.MountOptions, fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)),
+		VolumeCapability: volumeCapability(pv.Spec.AccessModes, pv.Spec.MountOptions, fsType, has(csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER), false),
 	}
 	if has(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) {
 		req.StagingTargetPath = m.StagingPath(rec.DriverName, rec.VolumeHandle)

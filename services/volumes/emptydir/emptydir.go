@@ -1,5 +1,6 @@
 // Package emptydir sets up and tears down emptyDir volumes: a world-writable directory on
-// the node's disk, or a tmpfs bounded in size for medium Memory.
+// the node's disk, a tmpfs bounded in size for medium Memory, or a hugetlbfs for media
+// HugePages and HugePages-<size>.
 package emptydir
 
 import (
@@ -49,6 +50,102 @@ func Setup(dir string, medium corev1.StorageMedium, sizeLimit *resource.Quantity
 	default:
 		return fmt.Errorf("set up emptyDir %s: medium %q is not supported", dir, medium)
 	}
+}
+
+// HugePageSize is the page size, in bytes, of a HugePages emptyDir of pod, by the
+// kubelet's rules and messages: for medium HugePages the one page size the pod requests
+// (at pod level or in any container), for HugePages-<size> that size, which the pod must
+// request.
+func HugePageSize(medium corev1.StorageMedium, pod *corev1.Pod) (int64, error) {
+	var want int64
+	if medium != corev1.StorageMediumHugePages {
+		size, ok := strings.CutPrefix(string(medium), string(corev1.StorageMediumHugePagesPrefix))
+		q, err := resource.ParseQuantity(size)
+		if !ok || err != nil {
+			return 0, fmt.Errorf("medium: %s is not a hugepage medium with a valid page size", medium)
+		}
+		want = q.Value()
+	}
+	lists := []corev1.ResourceList{}
+	if pod.Spec.Resources != nil {
+		lists = append(lists, pod.Spec.Resources.Requests)
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for _, c := range cs {
+			lists = append(lists, c.Resources.Requests)
+		}
+	}
+	var found int64
+	for _, l := range lists {
+		for name := range l {
+			size, ok := strings.CutPrefix(string(name), corev1.ResourceHugePagesPrefix)
+			if !ok {
+				continue
+			}
+			q, err := resource.ParseQuantity(size)
+			if err != nil {
+				return 0, fmt.Errorf("resource name: %s is an invalid hugepage name", name)
+			}
+			bytes := q.Value()
+			switch {
+			case medium == corev1.StorageMediumHugePages && found != 0 && found != bytes:
+				return 0, fmt.Errorf("medium: %s can't be used if container requests multiple huge page sizes", medium)
+			case medium == corev1.StorageMediumHugePages, bytes == want:
+				found = bytes
+			}
+		}
+	}
+	if found == 0 {
+		return 0, fmt.Errorf("medium %s: hugePages storage requested, but there is no resource request for huge pages", medium)
+	}
+	return found, nil
+}
+
+// SetupHugePages makes dir an emptyDir on a hugetlbfs of the given page size (bytes),
+// mounted nodev and nosuid (the kubelet's is only nodev; nothing set-user-ID belongs on
+// it), of hugetlbfs's default mode 0755 as the kubelet's: root creates files there, or the
+// pod's fsGroup once ApplyFSGroup has given the directory to it. Idempotent: a hugetlbfs of that page size already mounted there is kept, one of
+// another size is an error.
+func SetupHugePages(dir string, pageSize int64) error {
+	if err := makeDir(dir); err != nil {
+		return fmt.Errorf("set up emptyDir %s on hugetlbfs: %w", dir, err)
+	}
+	top, err := topMount(dir)
+	if err != nil {
+		return fmt.Errorf("set up emptyDir %s on hugetlbfs: %w", dir, err)
+	}
+	want := resource.NewQuantity(pageSize, resource.BinarySI)
+	if top != nil && top.FSType == "hugetlbfs" {
+		got, ok := mountPageSize(top.VFSOptions)
+		if !ok || got != pageSize {
+			return fmt.Errorf("set up emptyDir %s: mounted dir pagesize '%s' and requested medium size '%s' differ", dir, resource.NewQuantity(got, resource.BinarySI), want)
+		}
+		return nil
+	}
+	options := fmt.Sprintf("pagesize=%d", pageSize)
+	if err := unix.Mount("nodev", dir, "hugetlbfs", unix.MS_NOSUID|unix.MS_NODEV, options); err != nil {
+		return fmt.Errorf("set up emptyDir %s: mount hugetlbfs (%s): %w", dir, options, err)
+	}
+	return nil
+}
+
+// mountPageSize is the pagesize option of a hugetlbfs mount's options ("pagesize=2M").
+func mountPageSize(options string) (int64, bool) {
+	for _, o := range strings.Split(options, ",") {
+		v, ok := strings.CutPrefix(o, "pagesize=")
+		if !ok {
+			continue
+		}
+		// The kernel writes K, M and G, in powers of two.
+		q, err := resource.ParseQuantity(v + "i")
+		if err != nil {
+			if q, err = resource.ParseQuantity(v); err != nil {
+				return 0, false
+			}
+		}
+		return q.Value(), true
+	}
+	return 0, false
 }
 
 // makeDir creates dir with mode 0777 whatever the process's umask, and its missing parents
@@ -112,7 +209,8 @@ func tmpfsSize(sizeLimit *resource.Quantity) (int64, error) {
 	return int64(info.Totalram) * int64(info.Unit), nil
 }
 
-// TearDown removes the emptyDir at dir: it unmounts the tmpfs mounted there, if any, and
+// TearDown removes the emptyDir at dir: it unmounts the tmpfs or hugetlbfs mounted there,
+// if any, and
 // removes the directory with its content. It refuses, removing nothing, when another kind
 // of file system is mounted at dir or anything is mounted below it, so that it never
 // deletes through a mount into files that are not the volume's. A missing dir is not an
@@ -129,11 +227,11 @@ func TearDown(dir string) error {
 		if top == nil {
 			break
 		}
-		if top.FSType != "tmpfs" {
-			return fmt.Errorf("tear down emptyDir %s: a %s file system (%s) is mounted there, not an emptyDir's tmpfs", dir, top.FSType, top.Source)
+		if top.FSType != "tmpfs" && top.FSType != "hugetlbfs" {
+			return fmt.Errorf("tear down emptyDir %s: a %s file system (%s) is mounted there, not an emptyDir's tmpfs or hugetlbfs", dir, top.FSType, top.Source)
 		}
 		if err := unix.Unmount(top.Mountpoint, 0); err != nil {
-			return fmt.Errorf("tear down emptyDir %s: unmount tmpfs: %w", dir, err)
+			return fmt.Errorf("tear down emptyDir %s: unmount %s: %w", dir, top.FSType, err)
 		}
 	}
 	below, err := mountsBelow(dir)

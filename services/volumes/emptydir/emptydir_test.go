@@ -274,7 +274,7 @@ func TestTearDownRefusesOtherFileSystemAtDir(t *testing.T) {
 	if err := unix.Mount(precious, dir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := TearDown(dir); err == nil || !strings.Contains(err.Error(), "not an emptyDir's tmpfs") {
+	if err := TearDown(dir); err == nil || !strings.Contains(err.Error(), "not an emptyDir's tmpfs or hugetlbfs") {
 		t.Fatalf("TearDown of a bind mount = %v, want a refusal", err)
 	}
 	if _, err := os.Stat(filepath.Join(precious, "data")); err != nil {
@@ -389,5 +389,87 @@ func TestApplyFSGroupTakesWhatTheVolumeHolds(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat(old, &st); err != nil || st.Gid != 2000 || st.Mode&0o777 != 0o660 {
 		t.Errorf("a file already there: gid %d mode %#o (%v), want 2000 and 0660", st.Gid, st.Mode&0o777, err)
+	}
+}
+
+// TestHugePageSize: the kubelet's rules and messages for a HugePages emptyDir's page size.
+func TestHugePageSize(t *testing.T) {
+	req := func(names ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for _, n := range names {
+			l[corev1.ResourceName(n)] = resource.MustParse("4Mi")
+		}
+		return l
+	}
+	pod := func(container, podLevel corev1.ResourceList) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: container}}}}}
+		if podLevel != nil {
+			p.Spec.Resources = &corev1.ResourceRequirements{Requests: podLevel}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		medium  corev1.StorageMedium
+		pod     *corev1.Pod
+		want    int64
+		wantErr string
+	}{
+		{"HugePages, one size", corev1.StorageMediumHugePages, pod(req("hugepages-2Mi", "memory"), nil), 2 << 20, ""},
+		{"HugePages, the pod-level request", corev1.StorageMediumHugePages, pod(req("memory"), req("hugepages-1Gi")), 1 << 30, ""},
+		{"HugePages, two sizes", corev1.StorageMediumHugePages, pod(req("hugepages-2Mi", "hugepages-1Gi"), nil), 0, "medium: HugePages can't be used if container requests multiple huge page sizes"},
+		{"HugePages-2Mi among two sizes", "HugePages-2Mi", pod(req("hugepages-2Mi", "hugepages-1Gi"), nil), 2 << 20, ""},
+		{"HugePages-1Gi not requested", "HugePages-1Gi", pod(req("hugepages-2Mi"), nil), 0, "medium HugePages-1Gi: hugePages storage requested, but there is no resource request for huge pages"},
+		{"no huge pages requested", corev1.StorageMediumHugePages, pod(req("memory"), nil), 0, "medium HugePages: hugePages storage requested, but there is no resource request for huge pages"},
+		{"a medium without a size", "HugePages-x", pod(req("hugepages-2Mi"), nil), 0, "medium: HugePages-x is not a hugepage medium with a valid page size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := HugePageSize(tc.medium, tc.pod)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Errorf("HugePageSize = %d, %v; want the error %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("HugePageSize = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHugePagesMountAndTearDown: a hugetlbfs of the page size at the volume (the kernel's
+// own; no huge page need be reserved to mount one), of mode 0755, kept by a second
+// set-up, refused for another page size, gone with TearDown.
+func TestHugePagesMountAndTearDown(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/sys/kernel/mm/hugepages/hugepages-2048kB"); err != nil {
+		t.Fatalf("this test mounts a hugetlbfs of 2 MiB pages, which the kernel does not offer: %v", err)
+	}
+	root := t.TempDir()
+	unmountAll(t, root)
+	dir := filepath.Join(root, "v")
+	if err := SetupHugePages(dir, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	mounts := mountsAt(t, dir)
+	if len(mounts) != 1 || mounts[0].FSType != "hugetlbfs" || !strings.Contains(mounts[0].VFSOptions, "pagesize=2M") ||
+		!strings.Contains(mounts[0].Options, "nosuid") || !strings.Contains(mounts[0].Options, "nodev") {
+		t.Fatalf("mounts at the volume: %+v, want one nosuid,nodev hugetlbfs of 2M pages", mounts)
+	}
+	if info, err := os.Stat(dir); err != nil || info.Mode().Perm() != 0o755 {
+		t.Errorf("the volume's mode: %v, %v; want hugetlbfs's 0755, as the kubelet's", info.Mode(), err)
+	}
+	if err := SetupHugePages(dir, 2<<20); err != nil || len(mountsAt(t, dir)) != 1 {
+		t.Errorf("a second set-up: %v, %d mounts; want it kept", err, len(mountsAt(t, dir)))
+	}
+	if err := SetupHugePages(dir, 1<<30); err == nil || !strings.Contains(err.Error(), "mounted dir pagesize '2Mi' and requested medium size '1Gi' differ") {
+		t.Errorf("a set-up with another page size = %v, want the kubelet's refusal", err)
+	}
+	if err := TearDown(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("TearDown left the volume: %v", err)
 	}
 }

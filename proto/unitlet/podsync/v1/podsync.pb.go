@@ -942,8 +942,16 @@ type RuntimeHealth struct {
 	// The node is shutting down: logind announced PrepareForShutdown and podsync is ending
 	// the pods (graceful node shutdown). The Node is then not ready, as the kubelet's is.
 	NodeShuttingDown bool `protobuf:"varint,8,opt,name=node_shutting_down,json=nodeShuttingDown,proto3" json:"node_shutting_down,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The runtime's handlers with their features, from CRI Status ("" the default; none
+	// from a runtime that reports none, such as containerd 1.6). The Node's
+	// status.runtimeHandlers. Unset in an older podsync's answer: see features.
+	RuntimeHandlers []*RuntimeHandler `protobuf:"bytes,9,rep,name=runtime_handlers,json=runtimeHandlers,proto3" json:"runtime_handlers,omitempty"`
+	// The runtime's features, from CRI Status: the Node's status.features. Unset when the
+	// runtime has not answered Status, or from a podsync that predates the field (the Node's
+	// fields are then left as they are).
+	Features      *RuntimeFeatures `protobuf:"bytes,10,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RuntimeHealth) Reset() {
@@ -1032,6 +1040,127 @@ func (x *RuntimeHealth) GetNodeShuttingDown() bool {
 	return false
 }
 
+func (x *RuntimeHealth) GetRuntimeHandlers() []*RuntimeHandler {
+	if x != nil {
+		return x.RuntimeHandlers
+	}
+	return nil
+}
+
+func (x *RuntimeHealth) GetFeatures() *RuntimeFeatures {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+// RuntimeHandler is one of the runtime's handlers (RuntimeClass handlers).
+type RuntimeHandler struct {
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	Name                    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RecursiveReadOnlyMounts bool                   `protobuf:"varint,2,opt,name=recursive_read_only_mounts,json=recursiveReadOnlyMounts,proto3" json:"recursive_read_only_mounts,omitempty"`
+	UserNamespaces          bool                   `protobuf:"varint,3,opt,name=user_namespaces,json=userNamespaces,proto3" json:"user_namespaces,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *RuntimeHandler) Reset() {
+	*x = RuntimeHandler{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeHandler) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeHandler) ProtoMessage() {}
+
+func (x *RuntimeHandler) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeHandler.ProtoReflect.Descriptor instead.
+func (*RuntimeHandler) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RuntimeHandler) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RuntimeHandler) GetRecursiveReadOnlyMounts() bool {
+	if x != nil {
+		return x.RecursiveReadOnlyMounts
+	}
+	return false
+}
+
+func (x *RuntimeHandler) GetUserNamespaces() bool {
+	if x != nil {
+		return x.UserNamespaces
+	}
+	return false
+}
+
+// RuntimeFeatures are the runtime's own features.
+type RuntimeFeatures struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runtime honours supplementalGroupsPolicy: Strict.
+	SupplementalGroupsPolicy bool `protobuf:"varint,1,opt,name=supplemental_groups_policy,json=supplementalGroupsPolicy,proto3" json:"supplemental_groups_policy,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *RuntimeFeatures) Reset() {
+	*x = RuntimeFeatures{}
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeFeatures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeFeatures) ProtoMessage() {}
+
+func (x *RuntimeFeatures) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeFeatures.ProtoReflect.Descriptor instead.
+func (*RuntimeFeatures) Descriptor() ([]byte, []int) {
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RuntimeFeatures) GetSupplementalGroupsPolicy() bool {
+	if x != nil {
+		return x.SupplementalGroupsPolicy
+	}
+	return false
+}
+
 type GetStreamingURLRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	PodUid string                 `protobuf:"bytes,1,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
@@ -1052,7 +1181,7 @@ type GetStreamingURLRequest struct {
 
 func (x *GetStreamingURLRequest) Reset() {
 	*x = GetStreamingURLRequest{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1193,7 @@ func (x *GetStreamingURLRequest) String() string {
 func (*GetStreamingURLRequest) ProtoMessage() {}
 
 func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[15]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1206,7 @@ func (x *GetStreamingURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLRequest.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{15}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetStreamingURLRequest) GetPodUid() string {
@@ -1153,7 +1282,7 @@ type GetStreamingURLResponse struct {
 
 func (x *GetStreamingURLResponse) Reset() {
 	*x = GetStreamingURLResponse{}
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1294,7 @@ func (x *GetStreamingURLResponse) String() string {
 func (*GetStreamingURLResponse) ProtoMessage() {}
 
 func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[16]
+	mi := &file_unitlet_podsync_v1_podsync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1307,7 @@ func (x *GetStreamingURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamingURLResponse.ProtoReflect.Descriptor instead.
 func (*GetStreamingURLResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{16}
+	return file_unitlet_podsync_v1_podsync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStreamingURLResponse) GetUrl() string {
@@ -1252,7 +1381,7 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x0fKillPodResponse\"\x19\n" +
 	"\x17GetRuntimeHealthRequest\"U\n" +
 	"\x18GetRuntimeHealthResponse\x129\n" +
-	"\x06health\x18\x01 \x01(\v2!.unitlet.podsync.v1.RuntimeHealthR\x06health\"\xda\x02\n" +
+	"\x06health\x18\x01 \x01(\v2!.unitlet.podsync.v1.RuntimeHealthR\x06health\"\xea\x03\n" +
 	"\rRuntimeHealth\x12#\n" +
 	"\rruntime_ready\x18\x01 \x01(\bR\fruntimeReady\x12#\n" +
 	"\rnetwork_ready\x18\x02 \x01(\bR\fnetworkReady\x12%\n" +
@@ -1261,7 +1390,16 @@ const file_unitlet_podsync_v1_podsync_proto_rawDesc = "" +
 	"\x10last_relist_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastRelistTime\x12!\n" +
 	"\fruntime_name\x18\x06 \x01(\tR\vruntimeName\x12'\n" +
 	"\x0fruntime_version\x18\a \x01(\tR\x0eruntimeVersion\x12,\n" +
-	"\x12node_shutting_down\x18\b \x01(\bR\x10nodeShuttingDown\"\x8b\x02\n" +
+	"\x12node_shutting_down\x18\b \x01(\bR\x10nodeShuttingDown\x12M\n" +
+	"\x10runtime_handlers\x18\t \x03(\v2\".unitlet.podsync.v1.RuntimeHandlerR\x0fruntimeHandlers\x12?\n" +
+	"\bfeatures\x18\n" +
+	" \x01(\v2#.unitlet.podsync.v1.RuntimeFeaturesR\bfeatures\"\x8a\x01\n" +
+	"\x0eRuntimeHandler\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
+	"\x1arecursive_read_only_mounts\x18\x02 \x01(\bR\x17recursiveReadOnlyMounts\x12'\n" +
+	"\x0fuser_namespaces\x18\x03 \x01(\bR\x0euserNamespaces\"O\n" +
+	"\x0fRuntimeFeatures\x12<\n" +
+	"\x1asupplemental_groups_policy\x18\x01 \x01(\bR\x18supplementalGroupsPolicy\"\x8b\x02\n" +
 	"\x16GetStreamingURLRequest\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
 	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x122\n" +
@@ -1302,7 +1440,7 @@ func file_unitlet_podsync_v1_podsync_proto_rawDescGZIP() []byte {
 }
 
 var file_unitlet_podsync_v1_podsync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_unitlet_podsync_v1_podsync_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_unitlet_podsync_v1_podsync_proto_goTypes = []any{
 	(StreamKind)(0),                  // 0: unitlet.podsync.v1.StreamKind
 	(*ReclaimDiskRequest)(nil),       // 1: unitlet.podsync.v1.ReclaimDiskRequest
@@ -1320,38 +1458,42 @@ var file_unitlet_podsync_v1_podsync_proto_goTypes = []any{
 	(*GetRuntimeHealthRequest)(nil),  // 13: unitlet.podsync.v1.GetRuntimeHealthRequest
 	(*GetRuntimeHealthResponse)(nil), // 14: unitlet.podsync.v1.GetRuntimeHealthResponse
 	(*RuntimeHealth)(nil),            // 15: unitlet.podsync.v1.RuntimeHealth
-	(*GetStreamingURLRequest)(nil),   // 16: unitlet.podsync.v1.GetStreamingURLRequest
-	(*GetStreamingURLResponse)(nil),  // 17: unitlet.podsync.v1.GetStreamingURLResponse
-	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
+	(*RuntimeHandler)(nil),           // 16: unitlet.podsync.v1.RuntimeHandler
+	(*RuntimeFeatures)(nil),          // 17: unitlet.podsync.v1.RuntimeFeatures
+	(*GetStreamingURLRequest)(nil),   // 18: unitlet.podsync.v1.GetStreamingURLRequest
+	(*GetStreamingURLResponse)(nil),  // 19: unitlet.podsync.v1.GetStreamingURLResponse
+	(*timestamppb.Timestamp)(nil),    // 20: google.protobuf.Timestamp
 }
 var file_unitlet_podsync_v1_podsync_proto_depIdxs = []int32{
 	9,  // 0: unitlet.podsync.v1.ListPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
 	9,  // 1: unitlet.podsync.v1.ListPodsStreamResponse.pods:type_name -> unitlet.podsync.v1.Pod
 	9,  // 2: unitlet.podsync.v1.WatchPodsResponse.pods:type_name -> unitlet.podsync.v1.Pod
-	18, // 3: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
+	20, // 3: unitlet.podsync.v1.Pod.first_seen:type_name -> google.protobuf.Timestamp
 	10, // 4: unitlet.podsync.v1.Pod.containers:type_name -> unitlet.podsync.v1.Container
 	15, // 5: unitlet.podsync.v1.GetRuntimeHealthResponse.health:type_name -> unitlet.podsync.v1.RuntimeHealth
-	18, // 6: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
-	3,  // 8: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
-	5,  // 9: unitlet.podsync.v1.PodSyncService.ListPodsStream:input_type -> unitlet.podsync.v1.ListPodsStreamRequest
-	7,  // 10: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
-	11, // 11: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
-	13, // 12: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
-	16, // 13: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
-	1,  // 14: unitlet.podsync.v1.PodSyncService.ReclaimDisk:input_type -> unitlet.podsync.v1.ReclaimDiskRequest
-	4,  // 15: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
-	6,  // 16: unitlet.podsync.v1.PodSyncService.ListPodsStream:output_type -> unitlet.podsync.v1.ListPodsStreamResponse
-	8,  // 17: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
-	12, // 18: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
-	14, // 19: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
-	17, // 20: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
-	2,  // 21: unitlet.podsync.v1.PodSyncService.ReclaimDisk:output_type -> unitlet.podsync.v1.ReclaimDiskResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	20, // 6: unitlet.podsync.v1.RuntimeHealth.last_relist_time:type_name -> google.protobuf.Timestamp
+	16, // 7: unitlet.podsync.v1.RuntimeHealth.runtime_handlers:type_name -> unitlet.podsync.v1.RuntimeHandler
+	17, // 8: unitlet.podsync.v1.RuntimeHealth.features:type_name -> unitlet.podsync.v1.RuntimeFeatures
+	0,  // 9: unitlet.podsync.v1.GetStreamingURLRequest.kind:type_name -> unitlet.podsync.v1.StreamKind
+	3,  // 10: unitlet.podsync.v1.PodSyncService.ListPods:input_type -> unitlet.podsync.v1.ListPodsRequest
+	5,  // 11: unitlet.podsync.v1.PodSyncService.ListPodsStream:input_type -> unitlet.podsync.v1.ListPodsStreamRequest
+	7,  // 12: unitlet.podsync.v1.PodSyncService.WatchPods:input_type -> unitlet.podsync.v1.WatchPodsRequest
+	11, // 13: unitlet.podsync.v1.PodSyncService.KillPod:input_type -> unitlet.podsync.v1.KillPodRequest
+	13, // 14: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:input_type -> unitlet.podsync.v1.GetRuntimeHealthRequest
+	18, // 15: unitlet.podsync.v1.PodSyncService.GetStreamingURL:input_type -> unitlet.podsync.v1.GetStreamingURLRequest
+	1,  // 16: unitlet.podsync.v1.PodSyncService.ReclaimDisk:input_type -> unitlet.podsync.v1.ReclaimDiskRequest
+	4,  // 17: unitlet.podsync.v1.PodSyncService.ListPods:output_type -> unitlet.podsync.v1.ListPodsResponse
+	6,  // 18: unitlet.podsync.v1.PodSyncService.ListPodsStream:output_type -> unitlet.podsync.v1.ListPodsStreamResponse
+	8,  // 19: unitlet.podsync.v1.PodSyncService.WatchPods:output_type -> unitlet.podsync.v1.WatchPodsResponse
+	12, // 20: unitlet.podsync.v1.PodSyncService.KillPod:output_type -> unitlet.podsync.v1.KillPodResponse
+	14, // 21: unitlet.podsync.v1.PodSyncService.GetRuntimeHealth:output_type -> unitlet.podsync.v1.GetRuntimeHealthResponse
+	19, // 22: unitlet.podsync.v1.PodSyncService.GetStreamingURL:output_type -> unitlet.podsync.v1.GetStreamingURLResponse
+	2,  // 23: unitlet.podsync.v1.PodSyncService.ReclaimDisk:output_type -> unitlet.podsync.v1.ReclaimDiskResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_podsync_v1_podsync_proto_init() }
@@ -1366,7 +1508,7 @@ func file_unitlet_podsync_v1_podsync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_podsync_v1_podsync_proto_rawDesc), len(file_unitlet_podsync_v1_podsync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -196,9 +196,13 @@ func (x *PrepareVolumesResponse) GetContainers() []*ContainerMounts {
 
 // ContainerMounts are one container's volume mounts, resolved to host paths.
 type ContainerMounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Container     string                 `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
-	Mounts        []*Mount               `protobuf:"bytes,2,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Container string                 `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	Mounts    []*Mount               `protobuf:"bytes,2,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// The container's volumeDevices: block volumes handed to it as devices. A podsync that
+	// predates the field refuses a container with volumeDevices rather than start it
+	// without them.
+	Devices       []*Device `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +251,87 @@ func (x *ContainerMounts) GetMounts() []*Mount {
 	return nil
 }
 
+func (x *ContainerMounts) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+// Device is a block volume a container gets as a device (a volumeDevices entry).
+type Device struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pod's volume it comes from.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// The device on the host: the pod's symbolic link to it, the kubelet's
+	// <root-dir>/pods/<uid>/volumeDevices/<plugin>/<volume>, which the runtime resolves.
+	HostPath string `protobuf:"bytes,2,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	// The volumeDevices' devicePath.
+	ContainerPath string `protobuf:"bytes,3,opt,name=container_path,json=containerPath,proto3" json:"container_path,omitempty"`
+	// The pod's claim is read-only: the container may read the device, not write or mknod.
+	ReadOnly      bool `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Device) Reset() {
+	*x = Device{}
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Device) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Device) ProtoMessage() {}
+
+func (x *Device) ProtoReflect() protoreflect.Message {
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Device.ProtoReflect.Descriptor instead.
+func (*Device) Descriptor() ([]byte, []int) {
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Device) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *Device) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *Device) GetContainerPath() string {
+	if x != nil {
+		return x.ContainerPath
+	}
+	return ""
+}
+
+func (x *Device) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
 // Mount is a CRI mount of a container.
 type Mount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -265,7 +350,7 @@ type Mount struct {
 
 func (x *Mount) Reset() {
 	*x = Mount{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[3]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +362,7 @@ func (x *Mount) String() string {
 func (*Mount) ProtoMessage() {}
 
 func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[3]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +375,7 @@ func (x *Mount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mount.ProtoReflect.Descriptor instead.
 func (*Mount) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{3}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Mount) GetVolume() string {
@@ -337,7 +422,7 @@ type ReleaseVolumesRequest struct {
 
 func (x *ReleaseVolumesRequest) Reset() {
 	*x = ReleaseVolumesRequest{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[4]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +434,7 @@ func (x *ReleaseVolumesRequest) String() string {
 func (*ReleaseVolumesRequest) ProtoMessage() {}
 
 func (x *ReleaseVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[4]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +447,7 @@ func (x *ReleaseVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{4}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReleaseVolumesRequest) GetPodUid() string {
@@ -380,7 +465,7 @@ type ReleaseVolumesResponse struct {
 
 func (x *ReleaseVolumesResponse) Reset() {
 	*x = ReleaseVolumesResponse{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[5]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +477,7 @@ func (x *ReleaseVolumesResponse) String() string {
 func (*ReleaseVolumesResponse) ProtoMessage() {}
 
 func (x *ReleaseVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[5]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +490,7 @@ func (x *ReleaseVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{5}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{6}
 }
 
 type ListVolumesRequest struct {
@@ -416,7 +501,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[6]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +513,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[6]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +526,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{6}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{7}
 }
 
 type ListVolumesResponse struct {
@@ -461,7 +546,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[7]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +558,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[7]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +571,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{7}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -537,7 +622,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[8]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +634,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[8]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +647,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{8}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Volume) GetPodUid() string {
@@ -655,7 +740,7 @@ type VolumeSize struct {
 
 func (x *VolumeSize) Reset() {
 	*x = VolumeSize{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +752,7 @@ func (x *VolumeSize) String() string {
 func (*VolumeSize) ProtoMessage() {}
 
 func (x *VolumeSize) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[9]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +765,7 @@ func (x *VolumeSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSize.ProtoReflect.Descriptor instead.
 func (*VolumeSize) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{9}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VolumeSize) GetCapacityBytes() int64 {
@@ -722,7 +807,7 @@ type VolumeCondition struct {
 
 func (x *VolumeCondition) Reset() {
 	*x = VolumeCondition{}
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +819,7 @@ func (x *VolumeCondition) String() string {
 func (*VolumeCondition) ProtoMessage() {}
 
 func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[10]
+	mi := &file_unitlet_volumes_v1_volumes_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +832,7 @@ func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
 func (*VolumeCondition) Descriptor() ([]byte, []int) {
-	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{10}
+	return file_unitlet_volumes_v1_volumes_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeCondition) GetAbnormal() bool {
@@ -777,10 +862,16 @@ const file_unitlet_volumes_v1_volumes_proto_rawDesc = "" +
 	"\x16PrepareVolumesResponse\x12C\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2#.unitlet.volumes.v1.ContainerMountsR\n" +
-	"containers\"b\n" +
+	"containers\"\x98\x01\n" +
 	"\x0fContainerMounts\x12\x1c\n" +
 	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x121\n" +
-	"\x06mounts\x18\x02 \x03(\v2\x19.unitlet.volumes.v1.MountR\x06mounts\"\xc8\x01\n" +
+	"\x06mounts\x18\x02 \x03(\v2\x19.unitlet.volumes.v1.MountR\x06mounts\x124\n" +
+	"\adevices\x18\x03 \x03(\v2\x1a.unitlet.volumes.v1.DeviceR\adevices\"\x81\x01\n" +
+	"\x06Device\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x1b\n" +
+	"\thost_path\x18\x02 \x01(\tR\bhostPath\x12%\n" +
+	"\x0econtainer_path\x18\x03 \x01(\tR\rcontainerPath\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\"\xc8\x01\n" +
 	"\x05Mount\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x1b\n" +
 	"\thost_path\x18\x02 \x01(\tR\bhostPath\x12%\n" +
@@ -843,41 +934,43 @@ func file_unitlet_volumes_v1_volumes_proto_rawDescGZIP() []byte {
 }
 
 var file_unitlet_volumes_v1_volumes_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_unitlet_volumes_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_unitlet_volumes_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_unitlet_volumes_v1_volumes_proto_goTypes = []any{
 	(MountPropagation)(0),          // 0: unitlet.volumes.v1.MountPropagation
 	(*PrepareVolumesRequest)(nil),  // 1: unitlet.volumes.v1.PrepareVolumesRequest
 	(*PrepareVolumesResponse)(nil), // 2: unitlet.volumes.v1.PrepareVolumesResponse
 	(*ContainerMounts)(nil),        // 3: unitlet.volumes.v1.ContainerMounts
-	(*Mount)(nil),                  // 4: unitlet.volumes.v1.Mount
-	(*ReleaseVolumesRequest)(nil),  // 5: unitlet.volumes.v1.ReleaseVolumesRequest
-	(*ReleaseVolumesResponse)(nil), // 6: unitlet.volumes.v1.ReleaseVolumesResponse
-	(*ListVolumesRequest)(nil),     // 7: unitlet.volumes.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 8: unitlet.volumes.v1.ListVolumesResponse
-	(*Volume)(nil),                 // 9: unitlet.volumes.v1.Volume
-	(*VolumeSize)(nil),             // 10: unitlet.volumes.v1.VolumeSize
-	(*VolumeCondition)(nil),        // 11: unitlet.volumes.v1.VolumeCondition
-	(*timestamppb.Timestamp)(nil),  // 12: google.protobuf.Timestamp
+	(*Device)(nil),                 // 4: unitlet.volumes.v1.Device
+	(*Mount)(nil),                  // 5: unitlet.volumes.v1.Mount
+	(*ReleaseVolumesRequest)(nil),  // 6: unitlet.volumes.v1.ReleaseVolumesRequest
+	(*ReleaseVolumesResponse)(nil), // 7: unitlet.volumes.v1.ReleaseVolumesResponse
+	(*ListVolumesRequest)(nil),     // 8: unitlet.volumes.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 9: unitlet.volumes.v1.ListVolumesResponse
+	(*Volume)(nil),                 // 10: unitlet.volumes.v1.Volume
+	(*VolumeSize)(nil),             // 11: unitlet.volumes.v1.VolumeSize
+	(*VolumeCondition)(nil),        // 12: unitlet.volumes.v1.VolumeCondition
+	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
 }
 var file_unitlet_volumes_v1_volumes_proto_depIdxs = []int32{
 	3,  // 0: unitlet.volumes.v1.PrepareVolumesResponse.containers:type_name -> unitlet.volumes.v1.ContainerMounts
-	4,  // 1: unitlet.volumes.v1.ContainerMounts.mounts:type_name -> unitlet.volumes.v1.Mount
-	0,  // 2: unitlet.volumes.v1.Mount.propagation:type_name -> unitlet.volumes.v1.MountPropagation
-	9,  // 3: unitlet.volumes.v1.ListVolumesResponse.volumes:type_name -> unitlet.volumes.v1.Volume
-	12, // 4: unitlet.volumes.v1.Volume.measure_time:type_name -> google.protobuf.Timestamp
-	10, // 5: unitlet.volumes.v1.Volume.size:type_name -> unitlet.volumes.v1.VolumeSize
-	11, // 6: unitlet.volumes.v1.Volume.condition:type_name -> unitlet.volumes.v1.VolumeCondition
-	1,  // 7: unitlet.volumes.v1.VolumesService.PrepareVolumes:input_type -> unitlet.volumes.v1.PrepareVolumesRequest
-	5,  // 8: unitlet.volumes.v1.VolumesService.ReleaseVolumes:input_type -> unitlet.volumes.v1.ReleaseVolumesRequest
-	7,  // 9: unitlet.volumes.v1.VolumesService.ListVolumes:input_type -> unitlet.volumes.v1.ListVolumesRequest
-	2,  // 10: unitlet.volumes.v1.VolumesService.PrepareVolumes:output_type -> unitlet.volumes.v1.PrepareVolumesResponse
-	6,  // 11: unitlet.volumes.v1.VolumesService.ReleaseVolumes:output_type -> unitlet.volumes.v1.ReleaseVolumesResponse
-	8,  // 12: unitlet.volumes.v1.VolumesService.ListVolumes:output_type -> unitlet.volumes.v1.ListVolumesResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	5,  // 1: unitlet.volumes.v1.ContainerMounts.mounts:type_name -> unitlet.volumes.v1.Mount
+	4,  // 2: unitlet.volumes.v1.ContainerMounts.devices:type_name -> unitlet.volumes.v1.Device
+	0,  // 3: unitlet.volumes.v1.Mount.propagation:type_name -> unitlet.volumes.v1.MountPropagation
+	10, // 4: unitlet.volumes.v1.ListVolumesResponse.volumes:type_name -> unitlet.volumes.v1.Volume
+	13, // 5: unitlet.volumes.v1.Volume.measure_time:type_name -> google.protobuf.Timestamp
+	11, // 6: unitlet.volumes.v1.Volume.size:type_name -> unitlet.volumes.v1.VolumeSize
+	12, // 7: unitlet.volumes.v1.Volume.condition:type_name -> unitlet.volumes.v1.VolumeCondition
+	1,  // 8: unitlet.volumes.v1.VolumesService.PrepareVolumes:input_type -> unitlet.volumes.v1.PrepareVolumesRequest
+	6,  // 9: unitlet.volumes.v1.VolumesService.ReleaseVolumes:input_type -> unitlet.volumes.v1.ReleaseVolumesRequest
+	8,  // 10: unitlet.volumes.v1.VolumesService.ListVolumes:input_type -> unitlet.volumes.v1.ListVolumesRequest
+	2,  // 11: unitlet.volumes.v1.VolumesService.PrepareVolumes:output_type -> unitlet.volumes.v1.PrepareVolumesResponse
+	7,  // 12: unitlet.volumes.v1.VolumesService.ReleaseVolumes:output_type -> unitlet.volumes.v1.ReleaseVolumesResponse
+	9,  // 13: unitlet.volumes.v1.VolumesService.ListVolumes:output_type -> unitlet.volumes.v1.ListVolumesResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_unitlet_volumes_v1_volumes_proto_init() }
@@ -891,7 +984,7 @@ func file_unitlet_volumes_v1_volumes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_unitlet_volumes_v1_volumes_proto_rawDesc), len(file_unitlet_volumes_v1_volumes_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
