@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -22,8 +23,8 @@ import (
 	"github.com/unitlet/unitlet/shared/payload"
 )
 
-func configCmd(ctx context.Context, g globals) error {
-	ctx, conn, path, done, err := connect(ctx, g, "config")
+func configCmd(parent context.Context, g globals) error {
+	ctx, conn, path, done, err := connect(parent, g, "config")
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,9 @@ func configCmd(ctx context.Context, g globals) error {
 			stamp(r.GetLastAttemptTime().AsTime()), r.GetTrigger(), r.GetLastError(), c.GetGeneration(), stamp(r.GetLastSuccessTime().AsTime()))
 	}
 	b.WriteString(bootstrapLine(boot.GetStatus(), bootErr))
-	b.WriteString(generationsLine(ctx, g, c.GetGeneration()))
+	// The other services are asked each within its own --timeout, not within what is
+	// left of unitlet-config's.
+	b.WriteString(generationsLine(parent, g, c.GetGeneration()))
 	b.Write(y)
 	_, err = fmt.Fprint(g.stdout, b.String())
 	return err
@@ -153,14 +156,13 @@ func bootstrapCmd(ctx context.Context, g globals) error {
 // those waiting for a restart to take a newer one.
 func generationsLine(ctx context.Context, g globals, serving uint64) string {
 	var parts []string
-	for _, svc := range bus.Services {
-		if svc == "config" {
-			continue
-		}
-		st := probe(ctx, g, svc)
+	for _, st := range probeAll(ctx, g, slices.DeleteFunc(slices.Clone(bus.Services), func(s string) bool { return s == "config" })) {
+		svc := st.Service
 		switch {
-		case !st.Reachable:
+		case !st.SocketPresent:
 			parts = append(parts, svc+" not running")
+		case !st.Reachable:
+			parts = append(parts, svc+" not answering ("+st.Error+")")
 		case st.ConfigGeneration == 0:
 			parts = append(parts, svc+" (does not report it)")
 		case st.PendingConfigGeneration != 0:

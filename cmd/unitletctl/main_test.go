@@ -28,9 +28,16 @@ type fakeConfig struct {
 	// schema is the configuration's kubelet_configuration_schema; empty as from a
 	// unitlet-config that predates it.
 	schema string
+	// bootDelay is how long GetBootstrapStatus takes to answer.
+	bootDelay time.Duration
 }
 
 func (f fakeConfig) GetBootstrapStatus(ctx context.Context, r *configv1.GetBootstrapStatusRequest) (*configv1.GetBootstrapStatusResponse, error) {
+	select {
+	case <-time.After(f.bootDelay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	if f.boot == nil {
 		return f.UnimplementedConfigServiceServer.GetBootstrapStatus(ctx, r)
 	}
@@ -62,12 +69,19 @@ func serveConfig(t *testing.T, st *configv1.ReloadStatus) string {
 func serveFakeConfig(t *testing.T, f fakeConfig) string {
 	t.Helper()
 	dir := t.TempDir()
+	serveDaemon(t, dir, "config", func(d *daemon.Daemon) { configv1.RegisterConfigServiceServer(d.Server(), f) })
+	return dir
+}
+
+// serveDaemon runs a real daemon for service in dir, with what register adds to it.
+func serveDaemon(t *testing.T, dir, service string, register func(*daemon.Daemon)) {
+	t.Helper()
 	var s daemon.Settings
 	if err := envconfig.Parse(&s, map[string]string{"UNITLET_SOCKET_DIR": dir}); err != nil {
 		t.Fatal(err)
 	}
-	d := daemon.New(daemon.Options{Service: "config", Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	configv1.RegisterConfigServiceServer(d.Server(), f)
+	d := daemon.New(daemon.Options{Service: service, Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	register(d)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -77,13 +91,12 @@ func serveFakeConfig(t *testing.T, f fakeConfig) string {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(filepath.Join(dir, "config.sock")); err == nil {
-			return dir
+		if _, err := os.Stat(filepath.Join(dir, service+".sock")); err == nil {
+			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("the fake config service did not start")
-	return ""
+	t.Fatalf("the fake %s service did not start", service)
 }
 
 func ctl(args ...string) (string, string, int) {
@@ -150,6 +163,25 @@ func TestConfig(t *testing.T) {
 	for _, o := range []string{out, out2} {
 		if strings.Contains(o, "s3cr3t") || !strings.Contains(o, "<redacted>") {
 			t.Errorf("the staticPodURLHeader value is shown, or its redaction is not:\n%s", o)
+		}
+	}
+}
+
+// TestConfigAsksTheOthersWithinTheirOwnTimeout: the services' generations line asks each
+// service within its own --timeout, not within what unitlet-config's calls left of theirs
+// (a slow unitlet-config once made a running unitlet-status read "not running"). Here
+// unitlet-config's bootstrap status, which the output can do without, takes longer than
+// the timeout.
+func TestConfigAsksTheOthersWithinTheirOwnTimeout(t *testing.T) {
+	dir := serveFakeConfig(t, fakeConfig{status: &configv1.ReloadStatus{LastReloadSuccessful: true}, bootDelay: time.Minute})
+	serveDaemon(t, dir, "status", func(*daemon.Daemon) {})
+	out, errOut, code := ctl("--socket-dir="+dir, "config")
+	if code != 0 {
+		t.Fatalf("config: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"status (does not report it)", "podsync not running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config's generations line lacks %q:\n%s", want, out)
 		}
 	}
 }

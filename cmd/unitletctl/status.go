@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -62,17 +63,7 @@ func statusCmd(ctx context.Context, g globals, names []string) error {
 			return usageError(fmt.Errorf("unknown service %q; the services are %s", n, strings.Join(bus.Services, ", ")))
 		}
 	}
-	rows := make([]serviceStatus, len(names))
-	done := make(chan struct{})
-	for i, n := range names {
-		go func() {
-			rows[i] = probe(ctx, g, n)
-			done <- struct{}{}
-		}()
-	}
-	for range names {
-		<-done
-	}
+	rows := probeAll(ctx, g, names)
 
 	if g.output == "json" {
 		enc := json.NewEncoder(g.stdout)
@@ -120,6 +111,17 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// probeAll probes the services side by side, each within its own --timeout.
+func probeAll(ctx context.Context, g globals, names []string) []serviceStatus {
+	rows := make([]serviceStatus, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { rows[i] = probe(ctx, g, n) })
+	}
+	wg.Wait()
+	return rows
 }
 
 // probe asks one service for its health and identity.

@@ -105,8 +105,8 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, path))
 		t.Errorf("unitlet-status's log does not say why it restarted:\n%s", out)
 	}
 	cfg := stack.InNode(t, node, "unitletctl", "config")
-	if want := fmt.Sprintf("status %d", gen); !strings.Contains(cfg, "# services' generations: ") || !strings.Contains(cfg, want) {
-		t.Errorf("unitletctl config does not say the services' generations (want %q):\n%.600s", want, cfg)
+	if want := fmt.Sprintf("status %d", gen); !strings.Contains(generationsOf(cfg), want) {
+		t.Errorf("unitletctl config does not say the services' generations (want %q in its line %q); its first lines:\n%.600s", want, generationsOf(cfg), cfg)
 	}
 
 	// Back: status restarts again, the rest stay.
@@ -119,6 +119,16 @@ chmod 0600 %[1]s.tmp && mv %[1]s.tmp %[1]s`, path))
 			t.Errorf("after the drop-in went: unitlet-%s PID %s → %s", s, after[s], final[s])
 		}
 	}
+}
+
+// generationsOf is the "# services' generations:" line of unitletctl config's output.
+func generationsOf(cfg string) string {
+	for line := range strings.Lines(cfg) {
+		if strings.HasPrefix(line, "# services' generations: ") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // TestHealthzOnPort10248UnderTheUnit: unitlet-status serves the kubelet's plain-HTTP
