@@ -130,6 +130,7 @@ func (r *run) addOutage(what string, from time.Time) {
 // TestFaults churns pods on node-1 while the schedule runs, then checks the invariants
 // and prints them as a table; a missed target fails the test.
 func TestFaults(t *testing.T) {
+	harness.HeavyPhase(t, "the fault suite")
 	prepareNamespace(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/unitlet/unitlet/integration/harness"
 )
 
 // The kubelet's final status of a pod ended by a node shutdown.
@@ -258,6 +260,7 @@ func restoreAfterPoweroff(t *testing.T, node string) {
 // waits until it is Ready.
 func bootAgain(t testing.TB, node string) {
 	t.Helper()
+	defer harness.HeavyPhase(t, "the vm's second boot")()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -55,6 +55,7 @@ const (
 
 func TestVMUpgradesOneServiceAtATimeUnderLoad(t *testing.T) {
 	n := vmNode(t)
+	harness.HeavyPhase(t, "the vm's upgrades under load")
 	began := time.Now()
 	prevDist, err := harness.PrevDistDir()
 	if err != nil {

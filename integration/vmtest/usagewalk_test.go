@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/unitlet/unitlet/integration/harness"
 )
 
 // mklinksSource is a static helper a pod runs from a hostPath: in DIR it makes files f<j> of
@@ -109,6 +111,7 @@ func oomKills(t *testing.T, node, unit string) string {
 // did, took some 140 MiB for a million entries: unitlet-eviction was killed in a loop.
 func TestMillionLinkEmptyDirIsMeasuredUnderTheShippedUnits(t *testing.T) {
 	n := vmNode(t)
+	harness.HeavyPhase(t, "the vm's million-link walk")
 	node := n.Name
 	links := 1_000_000
 	if v := os.Getenv("UNITLET_VM_LINKS"); v != "" {
