@@ -326,15 +326,33 @@ func (u *upgrade) checkJournals(name, svc string, in harness.VMInstall) {
 			args = append(args, "-u", "unitlet-"+s+".service")
 		}
 	}
-	var errs []string
+	var errs, apiErrs []string
 	for _, line := range strings.Split(stack.InNode(u.t, u.node, args...), "\n") {
-		if strings.Contains(line, "level=ERROR") || strings.Contains(line, `"level":"ERROR"`) {
+		if !strings.Contains(line, "level=ERROR") && !strings.Contains(line, `"level":"ERROR"`) {
+			continue
+		}
+		if apiServerError(line) {
+			apiErrs = append(apiErrs, line)
+		} else {
 			errs = append(errs, line)
 		}
+	}
+	if len(apiErrs) > 0 {
+		u.t.Logf("%s: the other services' calls to the API server failed while unitlet-%s restarted (the host's API server, not the restart):\n%s", name, svc, strings.Join(apiErrs, "\n"))
 	}
 	if len(errs) > 0 {
 		u.t.Errorf("%s: the other services logged errors while unitlet-%s restarted:\n%s", name, svc, strings.Join(errs, "\n"))
 	}
+}
+
+// apiServerError tells an error about a call to the API server from the rest: a call to
+// the host's API server (10.0.2.2 from the guest) that timed out or failed, or the API's
+// conflict answer to the retry of a write whose first try timed out after it was done (a
+// lease renewal: the kubelet logs both the same way). Neither comes of a service's
+// restart, which reaches the others over the bus alone; with the host's suites beside
+// the vm, the host's API server once took over 10 s to answer a lease renewal.
+func apiServerError(line string) bool {
+	return strings.Contains(line, "https://10.0.2.2:") || strings.Contains(line, "Operation cannot be fulfilled on ")
 }
 
 // longLived are the containers of the long-lived pods, by pod.
